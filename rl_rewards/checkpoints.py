@@ -1,0 +1,68 @@
+"""Checkpoints of training state: the only module that imports orbax.
+
+One `Checkpointer` per stage directory (`<workdir>/checkpoints/<stage>`). A
+checkpoint holds a pytree of arrays (`state`) and a small JSON dict (`meta`:
+stage progress, data position, timings). Orbax writes each step to a temporary
+directory and renames it when complete, so a process killed mid-write leaves
+the previous checkpoint as the latest complete one; incomplete directories are
+ignored (and cleaned up) on the next start.
+"""
+
+import os
+
+import jax
+import orbax.checkpoint as ocp
+
+
+class Checkpointer:
+  """Saves and restores `(state, meta)` pairs for one stage."""
+
+  def __init__(self, directory: str, max_to_keep: int = 2):
+    self.directory = os.path.abspath(directory)
+    self._manager = ocp.CheckpointManager(
+        self.directory,
+        options=ocp.CheckpointManagerOptions(
+            max_to_keep=max_to_keep, create=True,
+            enable_async_checkpointing=False),
+        item_names=("state", "meta"),
+    )
+
+  def latest_step(self):
+    """The step of the newest complete checkpoint, or None."""
+    return self._manager.latest_step()
+
+  def save(self, step: int, state, meta: dict):
+    """Writes a checkpoint for `step` (blocking until it is complete)."""
+    self._manager.save(
+        int(step),
+        args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state),
+            meta=ocp.args.JsonSave(meta)),
+        force=True)
+    self._manager.wait_until_finished()
+
+  def restore(self, abstract_state, step=None):
+    """Restores `(state, meta)`; `abstract_state` fixes structure and sharding.
+
+    Args:
+      abstract_state: a pytree of `jax.ShapeDtypeStruct` (with shardings) or of
+        arrays, shaped like the saved state.
+      step: which checkpoint (default: the latest).
+
+    Returns:
+      The restored state (placed with the shardings of `abstract_state`) and
+      the meta dict.
+    """
+    step = self.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"No complete checkpoint in {self.directory}.")
+    target = jax.tree.map(ocp.utils.to_shape_dtype_struct, abstract_state)
+    restored = self._manager.restore(
+        int(step),
+        args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(target),
+            meta=ocp.args.JsonRestore()))
+    return restored["state"], dict(restored["meta"])
+
+  def close(self):
+    self._manager.close()

@@ -1,0 +1,230 @@
+"""The experiment config schema: every key, its default, and its validation.
+
+Config files in `configs/` start from `base_config()` and override values; they
+never add keys (the config is locked), so a typo fails loudly. `validate()` runs
+at the boundary (the runner calls it before doing any work) and raises
+`ConfigError` naming the offending key.
+
+Sections map one-to-one to components: `task`, `model`, `mesh`, `sft`, `rl`,
+`eval`, `checkpoint`. Components receive their own section, never the whole
+config.
+"""
+
+import ml_collections
+
+
+class ConfigError(ValueError):
+  """A config value is missing, has the wrong type, or is out of range."""
+
+
+def parse_arg(arg, **defaults):
+  """Parses a `key=value,flag` config argument string into a ConfigDict.
+
+  `get_config("size=test,runlocal")` style: a bare word means True; values are
+  converted to the type of the default.
+
+  Args:
+    arg: the string after the colon in `--config=path.py:arg`, or None.
+    **defaults: the accepted keys and their defaults.
+
+  Returns:
+    A ConfigDict with every key of `defaults`.
+  """
+  result = ml_collections.ConfigDict(dict(defaults))
+  if not arg:
+    return result
+  for item in arg.split(","):
+    item = item.strip()
+    if not item:
+      continue
+    key, sep, value = item.partition("=")
+    if key not in defaults:
+      raise ConfigError(
+          f"Unknown config argument {key!r}; expected one of "
+          f"{sorted(defaults)}.")
+    default = defaults[key]
+    if not sep:
+      result[key] = True
+    elif isinstance(default, bool):
+      result[key] = value.lower() in ("1", "true", "yes", "on")
+    else:
+      result[key] = type(default)(value)
+  return result
+
+
+def base_config():
+  """The full config schema with defaults (the `tiny` CPU pipeline)."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  # Stages run in this order; each is cached in the workdir once finished.
+  c.stages = "sft,rl"
+
+  c.task = ml_collections.ConfigDict(dict(
+      name="arith",            # arith
+      min_ops=2,               # Number of +/- operations per problem.
+      max_ops=6,
+      fixed_width=True,        # "023+07=030" instead of "23+7=30".
+      max_value=199,           # Running values stay in [0, max_value].
+      delimiter="\n",          # Step delimiter (one step a line).
+      max_prompt_len=24,       # Tokens, including BOS; longer prompts fail.
+      max_new_tokens=72,       # Generated tokens per response.
+  ))
+
+  c.model = ml_collections.ConfigDict(dict(
+      size="tiny",             # Preset: test | tiny | small.
+      dtype="float32",         # Activation dtype.
+  ))
+
+  # Mesh axis sizes; exactly one may be -1 (all remaining devices).
+  c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+
+  c.sft = ml_collections.ConfigDict(dict(
+      batch_size=64,
+      learning_rate=2e-3,
+      warmup_steps=50,
+      weight_decay=0.01,
+      b2=0.98,
+      grad_clip=1.0,
+      max_steps=3000,          # Hard cap on SFT steps.
+      max_seconds=420.0,       # Wall-clock cap (compute time, evals excluded).
+      target_accuracy=0.40,    # Stop at the first gate eval reaching this.
+      gate_every_steps=100,    # Quick greedy eval every this many steps.
+      gate_eval_size=200,      # Problems in the quick gate eval.
+      dataset_size=0,          # 0: fresh problems every step; else a fixed set.
+      init_from="",            # Workdir whose finished SFT stage to reuse.
+      log_every_steps=25,
+      checkpoint_every_steps=200,
+  ))
+
+  c.rl = ml_collections.ConfigDict(dict(
+      steps=75,
+      max_seconds=0.0,         # Optional wall-clock cap (0: none).
+      prompts_per_step=32,
+      group_size=8,            # Samples per prompt (n).
+      temperature=1.0,
+      top_p=1.0,
+      learning_rate=2e-4,
+      warmup_steps=0,
+      weight_decay=0.0,
+      b2=0.99,
+      grad_clip=1.0,
+      advantage_estimator="grpo",   # grpo | drgrpo | rloo
+      advantage_eps=1e-6,
+      clip_low=0.2,            # PPO clip ratio epsilon (lower side).
+      clip_high=0.2,           # Upper side (DAPO clip-higher: 0.28).
+      clip_c=3.0,              # Dual-clip constant (> 1); 0 disables.
+      loss_agg_mode="token-mean",
+      kl_coef=0.0,             # KL-to-reference penalty in the loss.
+      kl_estimator="k3",       # k1 | k2 | k3 | abs
+      epochs=1,                # Passes over each rollout batch.
+      minibatches=1,           # Minibatches per pass.
+      eval_every_steps=25,
+      log_every_steps=1,
+      checkpoint_every_steps=25,
+  ))
+
+  c.eval = ml_collections.ConfigDict(dict(
+      size_per_k=200,          # Held-out problems per number of ops.
+      batch_size=512,
+      pass_n=8,                # pass@n with temperature sampling.
+      pass_size=200,           # Problems used for pass@n.
+  ))
+
+  c.checkpoint = ml_collections.ConfigDict(dict(max_to_keep=2))
+  return c
+
+
+_KNOWN_STAGES = ("sft", "rl")
+_ESTIMATORS = ("grpo", "drgrpo", "rloo")
+_LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+             "seq-mean-token-sum-norm")
+_KL = ("k1", "k2", "k3", "abs")
+
+
+def _require(condition, key, message):
+  if not condition:
+    raise ConfigError(f"config.{key}: {message}")
+
+
+def _check_keys(config, reference, prefix=""):
+  for key in config.keys():
+    path = f"{prefix}{key}"
+    if key not in reference:
+      raise ConfigError(f"config.{path}: unknown key.")
+    value, ref = config[key], reference[key]
+    if isinstance(ref, ml_collections.ConfigDict):
+      _require(isinstance(value, ml_collections.ConfigDict), path,
+               "must be a section.")
+      _check_keys(value, ref, path + ".")
+    elif isinstance(ref, bool):
+      _require(isinstance(value, bool), path,
+               f"must be a bool, got {value!r}.")
+    elif isinstance(ref, float):
+      _require(isinstance(value, (int, float)) and not isinstance(value, bool),
+               path, f"must be a number, got {value!r}.")
+    elif isinstance(ref, int):
+      _require(isinstance(value, int) and not isinstance(value, bool), path,
+               f"must be an int, got {value!r}.")
+    elif isinstance(ref, str):
+      _require(isinstance(value, str), path,
+               f"must be a string, got {value!r}.")
+
+
+def stage_names(config):
+  """The ordered list of stages a config runs."""
+  return [s.strip() for s in config.stages.split(",") if s.strip()]
+
+
+def validate(config):
+  """Checks keys, types and ranges; raises ConfigError naming the key."""
+  _check_keys(config, base_config())
+  for stage in stage_names(config):
+    _require(stage in _KNOWN_STAGES, "stages",
+             f"unknown stage {stage!r}; known: {', '.join(_KNOWN_STAGES)}.")
+  task = config.task
+  _require(task.name == "arith", "task.name", f"unknown task {task.name!r}.")
+  _require(1 <= task.min_ops <= task.max_ops, "task.min_ops",
+           "need 1 <= min_ops <= max_ops.")
+  _require(task.max_prompt_len > 0, "task.max_prompt_len", "must be > 0.")
+  _require(task.max_new_tokens > 0, "task.max_new_tokens", "must be > 0.")
+  _require(len(task.delimiter) > 0, "task.delimiter", "must be non-empty.")
+  sizes = [config.mesh.data, config.mesh.fsdp, config.mesh.tensor]
+  _require(sum(s == -1 for s in sizes) <= 1, "mesh",
+           "at most one axis size may be -1.")
+  _require(all(s == -1 or s >= 1 for s in sizes), "mesh",
+           "axis sizes must be >= 1 or -1.")
+
+  sft = config.sft
+  for key in ("batch_size", "max_steps", "gate_every_steps", "gate_eval_size",
+              "log_every_steps", "checkpoint_every_steps"):
+    _require(sft[key] > 0, f"sft.{key}", f"must be > 0, got {sft[key]}.")
+  _require(sft.learning_rate > 0, "sft.learning_rate", "must be > 0.")
+  _require(0.0 <= sft.target_accuracy <= 1.0, "sft.target_accuracy",
+           "must be in [0, 1].")
+  _require(sft.dataset_size >= 0, "sft.dataset_size", "must be >= 0.")
+
+  rl = config.rl
+  _require(rl.group_size >= 1, "rl.group_size",
+           f"must be a positive number of samples per prompt, got "
+           f"{rl.group_size}.")
+  _require(rl.advantage_estimator != "rloo" or rl.group_size >= 2,
+           "rl.group_size", "RLOO needs at least 2 samples per prompt.")
+  for key in ("steps", "prompts_per_step", "epochs", "minibatches",
+              "eval_every_steps", "log_every_steps", "checkpoint_every_steps"):
+    _require(rl[key] > 0, f"rl.{key}", f"must be > 0, got {rl[key]}.")
+  batch = rl.prompts_per_step * rl.group_size
+  _require(batch % rl.minibatches == 0, "rl.minibatches",
+           f"must divide the rollout batch {batch}.")
+  _require(rl.temperature >= 0, "rl.temperature", "must be >= 0.")
+  _require(0 < rl.top_p <= 1, "rl.top_p", "must be in (0, 1].")
+  _require(rl.advantage_estimator in _ESTIMATORS, "rl.advantage_estimator",
+           f"must be one of {_ESTIMATORS}.")
+  _require(rl.loss_agg_mode in _LOSS_AGG, "rl.loss_agg_mode",
+           f"must be one of {_LOSS_AGG}.")
+  _require(rl.kl_estimator in _KL, "rl.kl_estimator",
+           f"must be one of {_KL}.")
+  _require(rl.clip_c == 0 or rl.clip_c > 1, "rl.clip_c",
+           "the dual-clip constant must be > 1 (or 0 to disable).")
+  _require(config.eval.size_per_k > 0, "eval.size_per_k", "must be > 0.")
+  _require(config.eval.pass_n >= 1, "eval.pass_n", "must be >= 1.")
+  return config

@@ -1,0 +1,133 @@
+"""The workdir's JSON files: the only writer of metrics and summaries.
+
+A run's workdir holds `config.json` (the resolved config), `metrics.jsonl` (one
+JSON object a line with `step`, `stage` and metric names such as
+`eval/accuracy`, `train/reward_mean`, `perf/tokens_per_sec`) and
+`summary.json` (written last: final metrics per stage and the wall time).
+Summaries and configs are written atomically (temporary file + rename). When a
+run resumes from a checkpoint, the metric records that the resumed steps will
+produce again are dropped first, so the file never holds duplicates.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+CONFIG_FILE = "config.json"
+
+
+def _to_json_value(value):
+  if isinstance(value, (np.generic, np.ndarray)):
+    value = value.item() if np.ndim(value) == 0 else value.tolist()
+  if hasattr(value, "item") and callable(value.item) and np.ndim(value) == 0:
+    value = value.item()
+  if isinstance(value, float) and not math.isfinite(value):
+    return str(value)
+  return value
+
+
+def write_json_atomic(path: str, obj):
+  """Writes `obj` as JSON to `path` via a temporary file and a rename."""
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=2, sort_keys=True, default=_to_json_value)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def read_json(path: str):
+  with open(path) as f:
+    return json.load(f)
+
+
+def write_config(workdir: str, config_dict: dict):
+  write_json_atomic(os.path.join(workdir, CONFIG_FILE), config_dict)
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  """All records of `metrics.jsonl` (a torn last line is ignored)."""
+  path = os.path.join(workdir, METRICS_FILE)
+  if not os.path.exists(path):
+    return []
+  records = []
+  with open(path) as f:
+    for line in f:
+      line = line.strip()
+      if not line:
+        continue
+      try:
+        records.append(json.loads(line))
+      except json.JSONDecodeError:
+        continue  # A record cut short by a kill; it will be written again.
+  return records
+
+
+class MetricsWriter:
+  """Appends metric records to `<workdir>/metrics.jsonl`."""
+
+  def __init__(self, workdir: str):
+    self._path = os.path.join(workdir, METRICS_FILE)
+    self._file = open(self._path, "a")
+
+  def drop_after(self, stage_order: list[str], stage: str, step: int):
+    """Drops records that a resume from `(stage, step)` will produce again.
+
+    Keeps records of earlier stages and of `stage` up to `step`; drops records
+    of `stage` after `step` and of all later stages.
+    """
+    self._file.close()
+    rank = {name: i for i, name in enumerate(stage_order)}
+    keep = []
+    for record in read_metrics(os.path.dirname(self._path)):
+      r_stage = record.get("stage")
+      if r_stage not in rank:
+        keep.append(record)
+      elif rank[r_stage] < rank[stage]:
+        keep.append(record)
+      elif r_stage == stage and record.get("step", 0) <= step:
+        keep.append(record)
+    tmp = self._path + ".tmp"
+    with open(tmp, "w") as f:
+      for record in keep:
+        f.write(json.dumps(record, default=_to_json_value) + "\n")
+    os.replace(tmp, self._path)
+    self._file = open(self._path, "a")
+
+  def write(self, stage: str, step: int, metrics: dict):
+    record = {"stage": stage, "step": int(step), "time": time.time()}
+    record.update({k: _to_json_value(v) for k, v in metrics.items()})
+    self._file.write(json.dumps(record, default=_to_json_value) + "\n")
+    self._file.flush()
+
+  def close(self):
+    self._file.close()
+
+
+def write_summary(workdir: str, summary: dict):
+  write_json_atomic(os.path.join(workdir, SUMMARY_FILE), summary)
+
+
+def format_status(stage: str, step: int, total: int, metrics: dict,
+                  keys: tuple[str, ...]) -> str:
+  """One human-readable status line, e.g. for each training step."""
+  parts = [f"[{stage}] step {step}/{total}"]
+  for key in keys:
+    if key in metrics:
+      value = _to_json_value(metrics[key])
+      short = key.split("/")[-1]
+      if isinstance(value, float):
+        parts.append(f"{short} {value:.4g}")
+      else:
+        parts.append(f"{short} {value}")
+  return "  ".join(parts)
+
+
+def print_status(line: str):
+  print(line, flush=True, file=sys.stdout)

@@ -1,0 +1,121 @@
+"""What every stage of a run shares: mesh, task, model config, workdir files.
+
+`RunContext` is a plain record built once by the pipeline; stages read from it
+and never mutate it. The state helpers here place parameters and optimizer
+state on the mesh (shardings inferred from logical axis names) and build the
+abstract targets checkpoints restore into.
+"""
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rl_rewards import checkpoints
+from rl_rewards import metrics as metrics_lib
+from rl_rewards import models
+from rl_rewards.sharding import axes
+from rl_rewards.sharding import mesh as mesh_lib
+from rl_rewards.train import state as state_lib
+
+
+@dataclasses.dataclass
+class RunContext:
+  config: Any                      # The full (validated) ConfigDict.
+  workdir: str
+  mesh: jax.sharding.Mesh
+  task: Any                        # runners.tasks.ArithTask (or another).
+  model_config: models.ModelConfig
+  writer: metrics_lib.MetricsWriter
+  stage_order: list
+  start_time: float = dataclasses.field(default_factory=time.time)
+
+  def checkpointer(self, stage: str) -> checkpoints.Checkpointer:
+    return checkpoints.Checkpointer(
+        os.path.join(self.workdir, "checkpoints", stage),
+        max_to_keep=self.config.checkpoint.max_to_keep)
+
+  def rng(self, stream: str, step: int = 0) -> jax.Array:
+    """A key that depends only on (seed, stream, step): exact resume."""
+    key = jax.random.key(self.config.seed)
+    key = jax.random.fold_in(key, _stable_hash(stream))
+    return jax.random.fold_in(key, step)
+
+
+def _stable_hash(text: str) -> int:
+  value = 0
+  for ch in text.encode():
+    value = (value * 131 + ch) % (2**31 - 1)
+  return value
+
+
+def param_shardings(ctx: RunContext, heads=("lm",)):
+  logical = models.param_logical_axes(ctx.model_config, heads=heads)
+  return mesh_lib.logical_to_shardings(logical, ctx.mesh, axes.DEFAULT_RULES)
+
+
+def place_params(ctx: RunContext, params, heads=("lm",)):
+  return jax.device_put(params, param_shardings(ctx, heads))
+
+
+def state_shardings(ctx: RunContext, tx, heads=("lm",)):
+  """Shardings of a `TrainState`: optimizer moments follow their params."""
+  p_shard = param_shardings(ctx, heads)
+  abstract_params = jax.eval_shape(
+      lambda: models.init_params(ctx.model_config, jax.random.key(0),
+                                 heads=heads))
+  abstract_opt = jax.eval_shape(tx.init, abstract_params)
+  repl = mesh_lib.replicated(ctx.mesh)
+  flat_params, _ = jax.tree_util.tree_flatten_with_path(abstract_params)
+  by_path = {}
+  for (path, leaf), sharding in zip(flat_params, jax.tree.leaves(p_shard)):
+    by_path[_path_key(path)] = (leaf.shape, sharding)
+
+  def opt_leaf_sharding(path, leaf):
+    # optax moments (mu, nu, ...) repeat the params' tree below their own
+    # node; match on the longest path suffix with the same shape.
+    key = _path_key(path)
+    for start in range(len(key)):
+      hit = by_path.get(key[start:])
+      if hit is not None and hit[0] == leaf.shape:
+        return hit[1]
+    return repl
+
+  opt_shard = jax.tree_util.tree_map_with_path(opt_leaf_sharding, abstract_opt)
+  return state_lib.TrainState(step=repl, params=p_shard, opt_state=opt_shard,
+                              skipped=repl)
+
+
+def _path_key(path):
+  return tuple(str(getattr(p, "key", getattr(p, "idx", getattr(p, "name", p))))
+               for p in path)
+
+
+def create_state(ctx: RunContext, params, tx, heads=("lm",)):
+  """A fresh TrainState on the mesh, and its shardings."""
+  shardings = state_shardings(ctx, tx, heads)
+  params = jax.device_put(params, shardings.params)
+  state = jax.jit(lambda p: state_lib.create(p, tx),
+                  out_shardings=shardings)(params)
+  return state, shardings
+
+
+def abstract_like(tree, shardings):
+  return jax.tree.map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+      tree, shardings)
+
+
+def host_scalars(metrics: dict) -> dict:
+  """Device metrics -> Python floats (one transfer)."""
+  values = jax.device_get(metrics)
+  return {k: float(np.asarray(v)) for k, v in values.items()}
+
+
+def tree_equal(a, b) -> bool:
+  leaves = jax.tree.leaves(jax.tree.map(lambda x, y: jnp.all(x == y), a, b))
+  return bool(all(bool(x) for x in leaves))

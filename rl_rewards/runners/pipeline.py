@@ -1,0 +1,111 @@
+"""The run: validate the config, build the context, run the stages in order.
+
+    summary = pipeline.run(config, workdir)
+
+Stages run in the order of `config.stages` and are cached in the workdir: a
+finished stage is reused from its final checkpoint, an unfinished one resumes
+from its latest checkpoint, so rerunning with the same workdir continues where
+the last run stopped. `summary.json` is written last.
+"""
+
+import json
+import os
+import time
+
+from rl_rewards import config_lib
+from rl_rewards import metrics as metrics_lib
+from rl_rewards import models
+from rl_rewards.runners import context as context_lib
+from rl_rewards.runners import rl
+from rl_rewards.runners import sft
+from rl_rewards.runners import tasks as tasks_lib
+from rl_rewards.sharding import mesh as mesh_lib
+
+
+def build_context(config, workdir: str) -> context_lib.RunContext:
+  """Validates `config` and builds the shared run context."""
+  config_lib.validate(config)
+  os.makedirs(workdir, exist_ok=True)
+  task = tasks_lib.make_task(config.task, config.seed)
+  model_config = models.preset(config.model.size, task.tokenizer.vocab_size,
+                               dtype=config.model.dtype)
+  needed = config.task.max_prompt_len + config.task.max_new_tokens
+  if needed > model_config.max_position_embeddings:
+    raise config_lib.ConfigError(
+        f"config.task: max_prompt_len + max_new_tokens = {needed} exceeds "
+        f"the model context of {model_config.max_position_embeddings}.")
+  mesh = mesh_lib.make_mesh(dict(config.mesh))
+  _check_config_file(config, workdir)
+  return context_lib.RunContext(
+      config=config, workdir=workdir, mesh=mesh, task=task,
+      model_config=model_config,
+      writer=metrics_lib.MetricsWriter(workdir),
+      stage_order=config_lib.stage_names(config))
+
+
+def _check_config_file(config, workdir):
+  """Writes config.json, refusing to resume a workdir with another config."""
+  path = os.path.join(workdir, metrics_lib.CONFIG_FILE)
+  resolved = json.loads(config.to_json_best_effort())
+  if os.path.exists(path):
+    previous = metrics_lib.read_json(path)
+    if previous != resolved:
+      changed = sorted(_diff_keys(previous, resolved))
+      raise config_lib.ConfigError(
+          f"workdir {workdir} holds a run with a different config (changed: "
+          f"{', '.join(changed[:8])}); use a new --workdir to start another "
+          "run.")
+  metrics_lib.write_config(workdir, resolved)
+
+
+def _diff_keys(a, b, prefix=""):
+  for key in set(a) | set(b):
+    va, vb = a.get(key), b.get(key)
+    if isinstance(va, dict) and isinstance(vb, dict):
+      yield from _diff_keys(va, vb, f"{prefix}{key}.")
+    elif va != vb:
+      yield f"{prefix}{key}"
+
+
+def run(config, workdir: str) -> dict:
+  """Runs every stage of `config` in `workdir`; returns the summary dict."""
+  start = time.time()
+  ctx = build_context(config, workdir)
+  print(f"rl_rewards: workdir {os.path.abspath(workdir)}; stages "
+        f"{' -> '.join(ctx.stage_order)}; model {config.model.size} "
+        f"({models.num_params(ctx.model_config):,} parameters); mesh "
+        f"{dict(ctx.mesh.shape)}", flush=True)
+  stage_summaries, stage_seconds = {}, {}
+  params, sft_params = None, None
+  for stage in ctx.stage_order:
+    t0 = time.time()
+    if stage == "sft":
+      params, summary = sft.run(ctx, params)
+      sft_params = params
+    elif stage == "rl":
+      if params is None:
+        raise config_lib.ConfigError(
+            "config.stages: the rl stage needs a policy; run sft first.")
+      params, summary = rl.run(ctx, params, ref_params=sft_params)
+    else:  # validate() rejects unknown stages; keep the error explicit.
+      raise config_lib.ConfigError(f"config.stages: unknown stage {stage!r}.")
+    stage_summaries[stage] = summary
+    stage_seconds[stage] = time.time() - t0
+  ctx.writer.close()
+  summary = {"stages": stage_summaries, "wall_time_s": time.time() - start,
+             "stage_time_s": stage_seconds}
+  metrics_lib.write_summary(workdir, summary)
+  _print_summary(summary)
+  return summary
+
+
+def _print_summary(summary):
+  print("\n=== summary ===")
+  for stage, values in summary["stages"].items():
+    acc = values.get("eval/accuracy")
+    extra = ", ".join(f"{k} {v:.3f}" for k, v in sorted(values.items())
+                      if k.startswith("eval/pass@"))
+    print(f"{stage:>4}: held-out accuracy "
+          f"{acc:.3f}{'; ' + extra if extra else ''}"
+          f" ({summary['stage_time_s'][stage]:.0f} s)")
+  print(f"wall time {summary['wall_time_s']:.0f} s", flush=True)

@@ -1,0 +1,148 @@
+"""The SFT stage: warm-start the policy on reference solutions.
+
+SFT stops on a target held-out accuracy rather than a fixed step count (a
+quick greedy "gate" eval every `gate_every_steps`), with a step cap and a
+wall-clock cap as safety nets: on the arithmetic task accuracy jumps from ~0
+to 40-60 % at a time that varies by seed (spec/feasibility.md), so a fixed
+budget either wastes time or stops before the jump.
+
+The batch of step s is a pure function of s (fresh problems s·B … s·B+B−1 of
+the train split, or a fixed set of `dataset_size` problems reshuffled every
+epoch), so a resumed run sees exactly the batches an uninterrupted one would.
+"""
+
+import time
+
+import jax
+import numpy as np
+
+from rl_rewards import metrics as metrics_lib
+from rl_rewards import models
+from rl_rewards.runners import context as context_lib
+from rl_rewards.runners import evaluation
+from rl_rewards.sharding import mesh as mesh_lib
+from rl_rewards.train import optim
+from rl_rewards.train import steps
+
+STAGE = "sft"
+
+
+def _batch_indices(sft_config, seed, step):
+  size, batch = sft_config.dataset_size, sft_config.batch_size
+  if size <= 0:
+    return np.arange(step * batch, (step + 1) * batch)
+  # Fixed dataset: epoch e visits a permutation seeded by (seed, e).
+  positions = np.arange(step * batch, (step + 1) * batch)
+  out = np.empty_like(positions)
+  for epoch in np.unique(positions // size):
+    perm = np.random.default_rng([seed, int(epoch)]).permutation(size)
+    sel = positions // size == epoch
+    out[sel] = perm[positions[sel] % size]
+  return out
+
+
+def make_batch(ctx, step: int):
+  """The SFT batch of `step` (host numpy arrays)."""
+  indices = _batch_indices(ctx.config.sft, ctx.config.seed, step)
+  problems = [ctx.task.problems("train", int(i), 1)[0] for i in indices]
+  return ctx.task.encode_sft(problems)
+
+
+def make_tx(sft_config):
+  return optim.make_optimizer(
+      learning_rate=sft_config.learning_rate,
+      warmup_steps=sft_config.warmup_steps,
+      weight_decay=sft_config.weight_decay, b2=sft_config.b2,
+      grad_clip=sft_config.grad_clip)
+
+
+def run(ctx, params=None):
+  """Runs (or resumes, or reuses) the SFT stage.
+
+  Args:
+    ctx: the run context.
+    params: initial policy parameters (None: a fresh init).
+
+  Returns:
+    (policy params, stage summary dict).
+  """
+  cfg = ctx.config.sft
+  mesh_lib.check_batch_divides(cfg.batch_size, ctx.mesh, "config.sft")
+  tx = make_tx(cfg)
+  if params is None:
+    params = models.init_params(ctx.model_config, ctx.rng("init"))
+  state, shardings = context_lib.create_state(ctx, params, tx)
+  ckpt = ctx.checkpointer(STAGE)
+  meta = {"done": False, "compute_seconds": 0.0, "gate_accuracy": None,
+          "converged": False}
+  if ckpt.latest_step() is not None:
+    state, meta = ckpt.restore(context_lib.abstract_like(state, shardings))
+    ctx.writer.drop_after(ctx.stage_order, STAGE, int(state.step))
+    if meta["done"]:
+      print(f"[sft] reusing the finished stage at step {int(state.step)}")
+      ckpt.close()
+      return state.params, meta["summary"]
+    print(f"[sft] resuming from step {int(state.step)}")
+
+  batch_sharding = mesh_lib.batch_sharding(ctx.mesh)
+  jit_step = jax.jit(steps.make_sft_step(ctx.model_config, tx),
+                     in_shardings=(shardings, batch_sharding),
+                     out_shardings=(shardings, None), donate_argnums=0)
+  gate_problems = ctx.task.problems("valid", 0, cfg.gate_eval_size)
+
+  step = int(state.step)
+  compute = float(meta["compute_seconds"])
+  last = log_time = time.time()
+  done, converged = False, bool(meta["converged"])
+  while not done:
+    batch = mesh_lib.put_batch(make_batch(ctx, step), ctx.mesh)
+    state, step_metrics = jit_step(state, batch)
+    step += 1
+    if step % cfg.log_every_steps == 0:
+      values = context_lib.host_scalars(step_metrics)
+      now = time.time()
+      compute += now - last
+      tokens_per_sec = (values["tokens"] * cfg.log_every_steps /
+                        max(now - log_time, 1e-9))
+      last = log_time = now
+      record = {f"train/{k}": v for k, v in values.items()}
+      record.update({"perf/tokens_per_sec": tokens_per_sec,
+                     "time/compute_s": compute})
+      ctx.writer.write(STAGE, step, record)
+      metrics_lib.print_status(metrics_lib.format_status(
+          STAGE, step, cfg.max_steps, record,
+          ("train/loss", "perf/tokens_per_sec", "time/compute_s")))
+    if step % cfg.gate_every_steps == 0:
+      compute += time.time() - last
+      gate = evaluation.greedy_accuracy(
+          ctx, state.params, gate_problems,
+          batch_size=ctx.config.eval.batch_size, rng=ctx.rng("gate", step))
+      last = log_time = time.time()
+      meta["gate_accuracy"] = gate["eval/accuracy"]
+      ctx.writer.write(STAGE, step, {"gate/accuracy": gate["eval/accuracy"]})
+      metrics_lib.print_status(
+          f"[sft] step {step}: gate accuracy {gate['eval/accuracy']:.3f} "
+          f"(target {cfg.target_accuracy:.2f}; {compute:.0f}s of compute)")
+      if gate["eval/accuracy"] >= cfg.target_accuracy:
+        done, converged = True, True
+    if step >= cfg.max_steps or compute >= cfg.max_seconds:
+      done = True
+    if done or step % cfg.checkpoint_every_steps == 0:
+      meta.update(compute_seconds=compute, converged=converged)
+      ckpt.save(step, state, dict(meta, done=False))
+
+  final = evaluation.evaluate(ctx, state.params, rng=ctx.rng("eval", 0))
+  summary = dict(final)
+  summary.update({"sft/steps": step, "sft/compute_seconds": compute,
+                  "sft/converged": converged,
+                  "sft/gate_accuracy": meta["gate_accuracy"]})
+  ctx.writer.write(STAGE, step, final)
+  if not converged:
+    metrics_lib.print_status(
+        f"[sft] WARNING: SFT stopped at step {step} without reaching the "
+        f"target accuracy {cfg.target_accuracy} (gate accuracy "
+        f"{meta['gate_accuracy']}).")
+  meta.update(done=True, summary=summary)
+  ckpt.save(step, state, meta)
+  ckpt.close()
+  return state.params, summary

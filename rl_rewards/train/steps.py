@@ -1,0 +1,118 @@
+"""Pure training steps: `(state, batch) -> (state, metrics)`.
+
+Each factory closes over the static pieces (model config, optimizer, loss
+hyper-parameters) and returns an un-jitted pure function; the runner jits it
+once with shardings. Batches are dicts of batch-first arrays in the layout of
+DESIGN §4 (prompt slots then response slots, `attention_mask` 1 on real
+tokens).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from rl_rewards import core
+from rl_rewards import models
+from rl_rewards.train import state as state_lib
+
+
+def _sequence_nll(model_config, params, batch):
+  logp = models.token_logprobs(model_config, params, batch["tokens"],
+                               batch["attention_mask"])
+  mask = batch["loss_mask"].astype(jnp.float32)
+  return -logp, mask
+
+
+def make_sft_step(model_config: models.ModelConfig,
+                  tx: optax.GradientTransformation):
+  """Supervised fine-tuning on reference solutions.
+
+  loss = Σ_{b,t} −log π(x_{b,t} | x_{b,<t})·m_{b,t} / Σ m, with m the
+  `loss_mask` (1 on target tokens including EOS).
+
+  Batch: `tokens`, `attention_mask`, `loss_mask`, all [B, T].
+  """
+
+  def loss_fn(params, batch):
+    nll, mask = _sequence_nll(model_config, params, batch)
+    loss = core.masked_mean(nll, mask)
+    return loss, {"loss": loss, "tokens": jnp.sum(mask)}
+
+  def sft_step(state: state_lib.TrainState, batch):
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params, batch)
+    state, opt_metrics = state_lib.apply_gradients(state, grads, loss, tx)
+    return state, {**aux, **opt_metrics}
+
+  return sft_step
+
+
+def make_eval_loss(model_config: models.ModelConfig):
+  """Teacher-forced loss and exact-match rate of a batch (no update)."""
+
+  def eval_loss(params, batch):
+    logits = models.apply(model_config, params, batch["tokens"],
+                          attention_mask=batch["attention_mask"])[0]
+    mask = batch["loss_mask"][:, 1:].astype(bool)
+    target = batch["tokens"][:, 1:]
+    logp = jax.nn.log_softmax(logits[:, :-1], axis=-1)
+    nll = -jnp.take_along_axis(logp, target[..., None], axis=-1)[..., 0]
+    correct = jnp.argmax(logits[:, :-1], axis=-1) == target
+    exact = jnp.all(correct | ~mask, axis=-1)
+    return {"loss": core.masked_mean(nll, mask),
+            "exact_match": jnp.mean(exact.astype(jnp.float32))}
+
+  return eval_loss
+
+
+def make_policy_step(model_config: models.ModelConfig,
+                     tx: optax.GradientTransformation, *,
+                     clip_low: float, clip_high: float, clip_c: float,
+                     loss_agg_mode: str, kl_coef: float, kl_estimator: str,
+                     loss_scale: float = 1.0):
+  """One PPO-clip policy update on a rollout (mini)batch.
+
+  Per token (ρ = π_θ/π_old, A the advantage):
+    ℓ_t = max(−A ρ, −A clip(ρ, 1 − ε_low, 1 + ε_high)), dual-clipped at
+    −A·c for A < 0 when c > 0; plus kl_coef·KL(π_θ ‖ π_ref)_t when
+    kl_coef > 0. Token losses are aggregated over `response_mask` with
+    `loss_agg_mode` (spec/algorithms.md §1.6).
+
+  Batch: `tokens`, `attention_mask`, `response_mask`, `old_logprobs`,
+  `advantages` [B, T], plus `ref_logprobs` [B, T] when kl_coef > 0.
+  """
+  if loss_agg_mode == "seq-mean-token-sum-norm" and loss_scale <= 0:
+    raise ValueError("seq-mean-token-sum-norm needs loss_scale > 0.")
+
+  def loss_fn(params, batch):
+    mask = batch["response_mask"].astype(jnp.float32)
+    logp = models.token_logprobs(model_config, params, batch["tokens"],
+                                 batch["attention_mask"])
+    token_loss, stats = core.ppo_policy_loss(
+        logp, batch["old_logprobs"], batch["advantages"], mask,
+        clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+    metrics = dict(stats)
+    if kl_coef > 0:
+      kl = core.kl_estimate(logp, batch["ref_logprobs"], kl_estimator)
+      token_loss = token_loss + kl_coef * kl
+      metrics["kl"] = core.masked_mean(kl, mask)
+    loss = core.aggregate_loss(token_loss, mask, loss_agg_mode,
+                               scale=loss_scale)
+    metrics["loss"] = loss
+    metrics["entropy_proxy"] = -core.masked_mean(logp, mask)
+    return loss, metrics
+
+  def policy_step(state: state_lib.TrainState, batch):
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params, batch)
+    state, opt_metrics = state_lib.apply_gradients(state, grads, loss, tx)
+    return state, {**aux, **opt_metrics}
+
+  return policy_step
+
+
+def make_logprob_fn(model_config: models.ModelConfig):
+  """`(params, tokens, attention_mask) -> [B, T]` token log-probs."""
+  return functools.partial(models.token_logprobs, model_config)
