@@ -1,0 +1,1 @@
+"""Data: tfds builders (array_record, no TensorFlow) and grain pipelines."""

@@ -1,0 +1,1 @@
+"""Tasks: problems, tokenizers, step segmentation and verifiers."""
