@@ -25,6 +25,7 @@ setuptools.setup(
         "math-verify>=0.7,<0.10",
         "safetensors>=0.4.5,<0.9",
         "tokenizers>=0.20,<1",
+        "importlib_resources>=5",
         "numpy>=1.26",
         "matplotlib>=3.8",
     ],

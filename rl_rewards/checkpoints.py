@@ -8,10 +8,13 @@ the previous checkpoint as the latest complete one; incomplete directories are
 ignored (and cleaned up) on the next start.
 """
 
+import json
 import os
 
 import jax
 import orbax.checkpoint as ocp
+
+_DONE_FILE = "stage_done.json"
 
 
 class Checkpointer:
@@ -63,6 +66,32 @@ class Checkpointer:
             state=ocp.args.StandardRestore(target),
             meta=ocp.args.JsonRestore()))
     return restored["state"], dict(restored["meta"])
+
+  def restore_raw(self, step=None):
+    """The saved state as host numpy arrays, without a target structure."""
+    step = self.latest_step() if step is None else step
+    restored = self._manager.restore(
+        int(step), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+    return jax.device_get(restored["state"])
+
+  def mark_done(self, step: int, summary: dict):
+    """Records that the stage finished at `step` (atomic JSON write)."""
+    path = os.path.join(self.directory, _DONE_FILE)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+      json.dump({"step": int(step), "summary": summary}, f, indent=2,
+                sort_keys=True)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+  def done_info(self):
+    """`{"step", "summary"}` if the stage finished, else None."""
+    path = os.path.join(self.directory, _DONE_FILE)
+    if not os.path.exists(path):
+      return None
+    with open(path) as f:
+      return json.load(f)
 
   def close(self):
     self._manager.close()

@@ -15,6 +15,7 @@ import os
 import sys
 
 from absl import app
+from absl import logging
 from ml_collections import config_flags
 
 from rl_rewards import config_lib
@@ -92,6 +93,8 @@ def run(main, *, default_config: str | None = "configs/default.py"):
       lock_config=True)
 
   def _main(argv):
+    # Library INFO logs (orbax, jax) would drown the per-step status lines.
+    logging.set_verbosity(logging.WARNING)
     try:
       return main(holder.value, argv)
     except config_lib.ConfigError as e:

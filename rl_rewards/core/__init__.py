@@ -1,0 +1,71 @@
+"""Credit assignment for RL of language-model reasoning, as pure jax functions.
+
+Every function takes batch-first arrays and returns arrays: token arrays are
+[B, T] with a `response_mask`, step arrays [B, S] with a `step_mask`, and
+`step_ids` [B, T] (−1 on prompt/padding) links the two. No state, no config
+objects, no Python loops over time; everything is jittable with static
+shapes and never returns NaN on degenerate batches (zero-variance groups,
+groups of one, empty or all-padding rows).
+
+Modules: `masking` (masked statistics), `segments` (token <-> step),
+`returns` (discounted returns, GAE, min-form), `advantages` (group baselines,
+REINFORCE++, GRPO with process supervision), `process` (PAV progress,
+Clip/Delta, thought merging), `pure` (PURE), `prime` (PRIME, implicit PRM),
+`losses` (PPO policy/value losses, KL, aggregation, implicit-PRM losses).
+"""
+
+from rl_rewards.core.advantages import grpo_process_advantages
+from rl_rewards.core.advantages import group_advantages
+from rl_rewards.core.advantages import group_reduce
+from rl_rewards.core.advantages import group_statistics
+from rl_rewards.core.advantages import reinforce_plus_plus
+from rl_rewards.core.advantages import reinforce_plus_plus_baseline
+from rl_rewards.core.losses import aggregate_loss
+from rl_rewards.core.losses import clipped_surrogate_loss
+from rl_rewards.core.losses import implicit_prm_ce_loss
+from rl_rewards.core.losses import implicit_prm_dpo_loss
+from rl_rewards.core.losses import implicit_prm_pairwise_accuracy
+from rl_rewards.core.losses import kl_divergence
+from rl_rewards.core.losses import LOSS_AGG_MODES
+from rl_rewards.core.losses import policy_loss
+from rl_rewards.core.losses import value_loss
+from rl_rewards.core.masking import masked_count
+from rl_rewards.core.masking import masked_mean
+from rl_rewards.core.masking import masked_sum
+from rl_rewards.core.masking import masked_var
+from rl_rewards.core.masking import masked_whiten
+from rl_rewards.core.prime import implicit_q_values
+from rl_rewards.core.prime import implicit_step_rewards
+from rl_rewards.core.prime import implicit_token_rewards
+from rl_rewards.core.prime import prime_advantages
+from rl_rewards.core.prime import prime_batch_norm
+from rl_rewards.core.prime import prime_rloo
+from rl_rewards.core.process import aggregate_step_scores
+from rl_rewards.core.process import best_of_k
+from rl_rewards.core.process import clip_step_rewards
+from rl_rewards.core.process import delta_step_rewards
+from rl_rewards.core.process import effective_step_rewards
+from rl_rewards.core.process import merge_steps_by_label
+from rl_rewards.core.process import pav_advantages
+from rl_rewards.core.process import progress
+from rl_rewards.core.pure import mask_step_end_tokens
+from rl_rewards.core.pure import pure_advantages
+from rl_rewards.core.pure import pure_normalize
+from rl_rewards.core.pure import pure_rloo_step_rewards
+from rl_rewards.core.pure import softmin_step_rewards
+from rl_rewards.core.returns import discounted_returns
+from rl_rewards.core.returns import gae
+from rl_rewards.core.returns import min_form_returns
+from rl_rewards.core.returns import step_returns
+from rl_rewards.core.returns import token_min_form_returns
+from rl_rewards.core.segments import broadcast_to_tokens
+from rl_rewards.core.segments import last_valid_index
+from rl_rewards.core.segments import num_steps_per_row
+from rl_rewards.core.segments import outcome_token_rewards
+from rl_rewards.core.segments import step_end_mask_from_ids
+from rl_rewards.core.segments import step_ids_from_step_ends
+from rl_rewards.core.segments import step_mask_from_ids
+from rl_rewards.core.segments import step_token_counts
+from rl_rewards.core.segments import steps_to_end_tokens
+from rl_rewards.core.segments import steps_to_tokens
+from rl_rewards.core.segments import tokens_to_steps

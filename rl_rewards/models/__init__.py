@@ -1,0 +1,24 @@
+"""Qwen2/Llama decoder with LM and scalar heads, as pure functions.
+
+Public API:
+  ModelConfig, preset, num_params                    -- configuration
+  init_params, init_from_backbone, param_logical_axes -- parameters
+  apply, logits, token_logprobs                      -- forward passes
+  KVCache, init_cache                                -- incremental decoding
+  load_hf, save_hf                                   -- Hugging Face checkpoints
+"""
+
+from rl_rewards.models.config import ModelConfig
+from rl_rewards.models.config import num_params
+from rl_rewards.models.config import preset
+from rl_rewards.models.hf import load_hf
+from rl_rewards.models.hf import save_hf
+from rl_rewards.models.model import apply
+from rl_rewards.models.model import default_positions
+from rl_rewards.models.model import init_cache
+from rl_rewards.models.model import init_from_backbone
+from rl_rewards.models.model import init_params
+from rl_rewards.models.model import KVCache
+from rl_rewards.models.model import logits
+from rl_rewards.models.model import param_logical_axes
+from rl_rewards.models.model import token_logprobs

@@ -53,23 +53,27 @@ def _stable_hash(text: str) -> int:
   return value
 
 
-def param_shardings(ctx: RunContext, heads=("lm",)):
-  logical = models.param_logical_axes(ctx.model_config, heads=heads)
-  return mesh_lib.logical_to_shardings(logical, ctx.mesh, axes.DEFAULT_RULES)
+def param_shardings(model_config, mesh, heads=("lm",)):
+  """NamedShardings of the parameters, from their logical axis names."""
+  logical = models.param_logical_axes(model_config, heads=heads)
+  return mesh_lib.logical_to_shardings(logical, mesh, axes.DEFAULT_RULES)
 
 
-def place_params(ctx: RunContext, params, heads=("lm",)):
-  return jax.device_put(params, param_shardings(ctx, heads))
+def state_shardings(params, model_config, mesh, tx, heads=("lm",)):
+  """Shardings of a `TrainState`: optimizer moments follow their params.
 
-
-def state_shardings(ctx: RunContext, tx, heads=("lm",)):
-  """Shardings of a `TrainState`: optimizer moments follow their params."""
-  p_shard = param_shardings(ctx, heads)
-  abstract_params = jax.eval_shape(
-      lambda: models.init_params(ctx.model_config, jax.random.key(0),
-                                 heads=heads))
+  Args:
+    params: the parameters (arrays or `ShapeDtypeStruct`s).
+    model_config: their model config.
+    mesh: the device mesh.
+    tx: the optimizer whose state is sharded.
+    heads: the model's heads.
+  """
+  p_shard = param_shardings(model_config, mesh, heads)
+  abstract_params = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
   abstract_opt = jax.eval_shape(tx.init, abstract_params)
-  repl = mesh_lib.replicated(ctx.mesh)
+  repl = mesh_lib.replicated(mesh)
   flat_params, _ = jax.tree_util.tree_flatten_with_path(abstract_params)
   by_path = {}
   for (path, leaf), sharding in zip(flat_params, jax.tree.leaves(p_shard)):
@@ -95,9 +99,9 @@ def _path_key(path):
                for p in path)
 
 
-def create_state(ctx: RunContext, params, tx, heads=("lm",)):
+def create_state(model_config, mesh, params, tx, heads=("lm",)):
   """A fresh TrainState on the mesh, and its shardings."""
-  shardings = state_shardings(ctx, tx, heads)
+  shardings = state_shardings(params, model_config, mesh, tx, heads)
   params = jax.device_put(params, shardings.params)
   state = jax.jit(lambda p: state_lib.create(p, tx),
                   out_shardings=shardings)(params)

@@ -43,14 +43,26 @@ def build_context(config, workdir: str) -> context_lib.RunContext:
       stage_order=config_lib.stage_names(config))
 
 
+# Keys that may change when a workdir is resumed: budgets (to extend a run)
+# and how often things are logged.
+RESUMABLE_KEYS = ("sft.max_steps", "sft.max_seconds", "rl.steps",
+                  "rl.max_seconds", "sft.log_every_steps", "rl.log_every_steps")
+
+
 def _check_config_file(config, workdir):
-  """Writes config.json, refusing to resume a workdir with another config."""
+  """Writes config.json, refusing to resume a workdir with another config.
+
+  Only the budgets and logging intervals in `RESUMABLE_KEYS` may differ from
+  the config the workdir was started with (e.g. `--config.rl.steps=200` to
+  extend a finished run).
+  """
   path = os.path.join(workdir, metrics_lib.CONFIG_FILE)
   resolved = json.loads(config.to_json_best_effort())
   if os.path.exists(path):
     previous = metrics_lib.read_json(path)
-    if previous != resolved:
-      changed = sorted(_diff_keys(previous, resolved))
+    changed = sorted(k for k in _diff_keys(previous, resolved)
+                     if k not in RESUMABLE_KEYS)
+    if changed:
       raise config_lib.ConfigError(
           f"workdir {workdir} holds a run with a different config (changed: "
           f"{', '.join(changed[:8])}); use a new --workdir to start another "

@@ -123,16 +123,19 @@ def run(ctx, params, ref_params=None):
                                "config.rl.prompts_per_step")
   ref_params = params if ref_params is None else ref_params
   tx = make_tx(cfg)
-  state, shardings = context_lib.create_state(ctx, params, tx)
+  state, shardings = context_lib.create_state(
+      ctx.model_config, ctx.mesh, params, tx)
   ckpt = ctx.checkpointer(STAGE)
-  meta = {"done": False, "seconds": 0.0, "initial_eval": None}
+  meta = {"seconds": 0.0, "initial_eval": None}
   if ckpt.latest_step() is not None:
     state, meta = ckpt.restore(context_lib.abstract_like(state, shardings))
-    ctx.writer.drop_after(ctx.stage_order, STAGE, int(state.step))
-    if meta["done"]:
-      print(f"[rl] reusing the finished stage at step {int(state.step)}")
+    done = ckpt.done_info()
+    if (done is not None and done["step"] == int(state.step) and
+        done["step"] >= cfg.steps):
+      print(f"[rl] reusing the finished stage (step {done['step']})")
       ckpt.close()
-      return state.params, meta["summary"]
+      return state.params, done["summary"]
+    ctx.writer.drop_after(ctx.stage_order, STAGE, int(state.step))
     print(f"[rl] resuming from step {int(state.step)}")
 
   batch_sharding = mesh_lib.batch_sharding(ctx.mesh)
@@ -204,7 +207,7 @@ def run(ctx, params, ref_params=None):
            "time/step_s")))
     if step % cfg.checkpoint_every_steps == 0 or step == cfg.steps:
       meta.update(seconds=seconds)
-      ckpt.save(step, state, dict(meta, done=False))
+      ckpt.save(step, state, meta)
 
   if "eval/pass@%d" % ctx.config.eval.pass_n not in last_eval and (
       ctx.config.eval.pass_n > 1):
@@ -213,7 +216,6 @@ def run(ctx, params, ref_params=None):
   summary = dict(last_eval)
   summary.update({"rl/steps": step, "rl/seconds": seconds,
                   "rl/skipped_updates": int(state.skipped)})
-  meta.update(done=True, summary=summary, seconds=seconds)
-  ckpt.save(step, state, meta)
+  ckpt.mark_done(step, summary)
   ckpt.close()
   return state.params, summary

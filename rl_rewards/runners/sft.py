@@ -71,17 +71,19 @@ def run(ctx, params=None):
   tx = make_tx(cfg)
   if params is None:
     params = models.init_params(ctx.model_config, ctx.rng("init"))
-  state, shardings = context_lib.create_state(ctx, params, tx)
+  state, shardings = context_lib.create_state(
+      ctx.model_config, ctx.mesh, params, tx)
   ckpt = ctx.checkpointer(STAGE)
-  meta = {"done": False, "compute_seconds": 0.0, "gate_accuracy": None,
-          "converged": False}
+  meta = {"compute_seconds": 0.0, "gate_accuracy": None,
+          "converged": False, "stopped": False}
   if ckpt.latest_step() is not None:
     state, meta = ckpt.restore(context_lib.abstract_like(state, shardings))
-    ctx.writer.drop_after(ctx.stage_order, STAGE, int(state.step))
-    if meta["done"]:
-      print(f"[sft] reusing the finished stage at step {int(state.step)}")
+    done = ckpt.done_info()
+    if done is not None and done["step"] == int(state.step):
+      print(f"[sft] reusing the finished stage (step {done['step']})")
       ckpt.close()
-      return state.params, meta["summary"]
+      return state.params, done["summary"]
+    ctx.writer.drop_after(ctx.stage_order, STAGE, int(state.step))
     print(f"[sft] resuming from step {int(state.step)}")
 
   batch_sharding = mesh_lib.batch_sharding(ctx.mesh)
@@ -93,8 +95,8 @@ def run(ctx, params=None):
   step = int(state.step)
   compute = float(meta["compute_seconds"])
   last = log_time = time.time()
-  done, converged = False, bool(meta["converged"])
-  while not done:
+  stopped, converged = bool(meta["stopped"]), bool(meta["converged"])
+  while not stopped:
     batch = mesh_lib.put_batch(make_batch(ctx, step), ctx.mesh)
     state, step_metrics = jit_step(state, batch)
     step += 1
@@ -124,12 +126,13 @@ def run(ctx, params=None):
           f"[sft] step {step}: gate accuracy {gate['eval/accuracy']:.3f} "
           f"(target {cfg.target_accuracy:.2f}; {compute:.0f}s of compute)")
       if gate["eval/accuracy"] >= cfg.target_accuracy:
-        done, converged = True, True
+        stopped, converged = True, True
     if step >= cfg.max_steps or compute >= cfg.max_seconds:
-      done = True
-    if done or step % cfg.checkpoint_every_steps == 0:
-      meta.update(compute_seconds=compute, converged=converged)
-      ckpt.save(step, state, dict(meta, done=False))
+      stopped = True
+    if stopped or step % cfg.checkpoint_every_steps == 0:
+      meta.update(compute_seconds=compute, converged=converged,
+                  stopped=stopped)
+      ckpt.save(step, state, meta)
 
   final = evaluation.evaluate(ctx, state.params, rng=ctx.rng("eval", 0))
   summary = dict(final)
@@ -142,7 +145,6 @@ def run(ctx, params=None):
         f"[sft] WARNING: SFT stopped at step {step} without reaching the "
         f"target accuracy {cfg.target_accuracy} (gate accuracy "
         f"{meta['gate_accuracy']}).")
-  meta.update(done=True, summary=summary)
-  ckpt.save(step, state, meta)
+  ckpt.mark_done(step, summary)
   ckpt.close()
   return state.params, summary

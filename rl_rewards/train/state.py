@@ -57,6 +57,6 @@ def apply_gradients(state: TrainState, grads, loss,
       opt_state=jax.tree.map(keep, new_opt_state, state.opt_state),
       skipped=state.skipped + jnp.where(finite, 0, 1).astype(jnp.int32))
   return new_state, {
-      "grad_norm": optax.global_norm(safe_grads),
+      "grad_norm": optax.tree.norm(safe_grads),
       "skipped": 1.0 - finite.astype(jnp.float32),
   }

@@ -90,18 +90,21 @@ def make_policy_step(model_config: models.ModelConfig,
     mask = batch["response_mask"].astype(jnp.float32)
     logp = models.token_logprobs(model_config, params, batch["tokens"],
                                  batch["attention_mask"])
-    token_loss, stats = core.ppo_policy_loss(
+    loss, metrics = core.policy_loss(
         logp, batch["old_logprobs"], batch["advantages"], mask,
-        clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
-    metrics = dict(stats)
+        clip_low=clip_low, clip_high=clip_high,
+        dual_clip=clip_c if clip_c > 0 else None,
+        loss_agg_mode=loss_agg_mode, loss_scale=loss_scale)
+    metrics = dict(metrics, pg_loss=loss)
     if kl_coef > 0:
-      kl = core.kl_estimate(logp, batch["ref_logprobs"], kl_estimator)
-      token_loss = token_loss + kl_coef * kl
+      kl = core.kl_divergence(logp, batch["ref_logprobs"],
+                              estimator=kl_estimator)
+      # Aggregation is linear, so this equals aggregating ℓ_t + β·KL_t.
+      loss = loss + kl_coef * core.aggregate_loss(
+          kl, mask, mode=loss_agg_mode, scale=loss_scale)
       metrics["kl"] = core.masked_mean(kl, mask)
-    loss = core.aggregate_loss(token_loss, mask, loss_agg_mode,
-                               scale=loss_scale)
     metrics["loss"] = loss
-    metrics["entropy_proxy"] = -core.masked_mean(logp, mask)
+    metrics["neg_logprob"] = -core.masked_mean(logp, mask)
     return loss, metrics
 
   def policy_step(state: state_lib.TrainState, batch):

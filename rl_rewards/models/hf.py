@@ -1,0 +1,334 @@
+"""Hugging Face checkpoint I/O for Qwen2 / Llama decoders (safetensors only).
+
+    cfg, params = load_hf("/path/to/Qwen2.5-0.5B")       # config.json + weights
+    save_hf("/tmp/out", cfg, params)                     # readable by transformers
+
+Weights are read with `safetensors` one tensor at a time (never pickle), from
+`model.safetensors` or from the shards listed in `model.safetensors.index.json`.
+Tensor names and layouts (HF `nn.Linear.weight` is [out, in]):
+
+  model.embed_tokens.weight [V, D]                  -> embed [V, D]
+  model.layers.{i}.self_attn.q_proj.weight [H*Dh, D] -> layers_{i}.attention.q_kernel [D, H, Dh]
+  model.layers.{i}.self_attn.{k,v}_proj.weight       -> {k,v}_kernel [D, KVH, Dh]
+  model.layers.{i}.self_attn.{q,k,v}_proj.bias       -> {q,k,v}_bias [N, Dh]
+  model.layers.{i}.self_attn.o_proj.weight [D, H*Dh] -> o_kernel [H, Dh, D]
+  model.layers.{i}.mlp.{gate,up}_proj.weight [F, D]  -> mlp.{gate,up}_kernel [D, F]
+  model.layers.{i}.mlp.down_proj.weight [D, F]       -> mlp.down_kernel [F, D]
+  model.layers.{i}.input_layernorm.weight            -> input_norm.scale
+  model.layers.{i}.post_attention_layernorm.weight   -> post_attention_norm.scale
+  model.norm.weight                                  -> final_norm.scale
+  lm_head.weight [V, D]                              -> lm_head [D, V] (untied only)
+  score.weight [1, D], score.bias [1]                -> score_kernel, score_bias
+
+The `score.*` tensors are this package's own extension for value models and
+PRMs (loaded when present, written when the params have a score head).
+"""
+
+import json
+import os
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import jax
+import numpy as np
+from safetensors import numpy as safetensors_numpy
+import safetensors
+
+from rl_rewards.models import config as config_lib
+
+Params = Any
+
+_WEIGHTS_FILE = "model.safetensors"
+_INDEX_FILE = "model.safetensors.index.json"
+_CONFIG_FILE = "config.json"
+_HF_ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
+
+
+# ------------------------------------------------------------------- config --
+
+
+def _rope_theta(hf_config, path):
+  rope = hf_config.get("rope_parameters") or {}
+  scaling = hf_config.get("rope_scaling") or {}
+  rope_type = (rope.get("rope_type") or scaling.get("rope_type") or
+               scaling.get("type") or "default")
+  if rope_type != "default":
+    raise ValueError(f"{path}: rope type {rope_type!r} is not supported (only "
+                     "the default RoPE).")
+  theta = rope.get("rope_theta", hf_config.get("rope_theta", 10_000.0))
+  return float(theta)
+
+
+def config_from_hf(hf_config: Dict[str, Any], *, dtype: str = "float32",
+                   path: str = _CONFIG_FILE) -> config_lib.ModelConfig:
+  """`ModelConfig` from a parsed Hugging Face config.json dict."""
+  model_type = hf_config.get("model_type")
+  if model_type not in _HF_ARCHITECTURES:
+    raise ValueError(f"{path}: model_type {model_type!r} is not supported; "
+                     f"expected one of {sorted(_HF_ARCHITECTURES)}.")
+  if hf_config.get("hidden_act", "silu") != "silu":
+    raise ValueError(f"{path}: hidden_act {hf_config['hidden_act']!r} is not "
+                     "supported (only silu).")
+  if model_type == "qwen2":
+    if hf_config.get("use_sliding_window"):
+      raise ValueError(f"{path}: use_sliding_window=true is not supported.")
+    attention_bias = True  # Qwen2 always has q/k/v biases.
+  else:
+    if hf_config.get("mlp_bias"):
+      raise ValueError(f"{path}: mlp_bias=true is not supported.")
+    if hf_config.get("attention_bias"):
+      raise ValueError(f"{path}: attention_bias=true is not supported for "
+                       "Llama (it also adds an o_proj bias).")
+    attention_bias = False
+  try:
+    num_heads = int(hf_config["num_attention_heads"])
+    hidden_size = int(hf_config["hidden_size"])
+    head_dim = hf_config.get("head_dim") or hidden_size // num_heads
+    return config_lib.ModelConfig(
+        vocab_size=int(hf_config["vocab_size"]),
+        hidden_size=hidden_size,
+        num_layers=int(hf_config["num_hidden_layers"]),
+        num_heads=num_heads,
+        num_kv_heads=int(hf_config.get("num_key_value_heads") or num_heads),
+        head_dim=int(head_dim),
+        intermediate_size=int(hf_config["intermediate_size"]),
+        rope_theta=_rope_theta(hf_config, path),
+        rms_norm_eps=float(hf_config.get("rms_norm_eps", 1e-6)),
+        tie_word_embeddings=bool(hf_config.get("tie_word_embeddings", False)),
+        attention_bias=attention_bias,
+        max_position_embeddings=int(
+            hf_config.get("max_position_embeddings", 2048)),
+        dtype=dtype,
+        architecture=model_type)
+  except KeyError as e:
+    raise ValueError(f"{path}: missing key {e.args[0]!r}.") from None
+
+
+def config_to_hf(cfg: config_lib.ModelConfig) -> Dict[str, Any]:
+  """A Hugging Face config.json dict for `cfg` (float32 weights)."""
+  hf_config = {
+      "architectures": [_HF_ARCHITECTURES[cfg.architecture]],
+      "model_type": cfg.architecture,
+      "vocab_size": cfg.vocab_size,
+      "hidden_size": cfg.hidden_size,
+      "num_hidden_layers": cfg.num_layers,
+      "num_attention_heads": cfg.num_heads,
+      "num_key_value_heads": cfg.num_kv_heads,
+      "head_dim": cfg.head_dim,
+      "intermediate_size": cfg.intermediate_size,
+      "hidden_act": "silu",
+      "rms_norm_eps": cfg.rms_norm_eps,
+      # Both spellings: older readers use rope_theta, newer rope_parameters.
+      "rope_theta": cfg.rope_theta,
+      "rope_parameters": {"rope_theta": cfg.rope_theta,
+                          "rope_type": "default"},
+      "tie_word_embeddings": cfg.tie_word_embeddings,
+      "max_position_embeddings": cfg.max_position_embeddings,
+      "attention_dropout": 0.0,
+      "dtype": "float32",
+      "torch_dtype": "float32",
+  }
+  if cfg.architecture == "qwen2":
+    hf_config["use_sliding_window"] = False
+  else:
+    hf_config["attention_bias"] = False
+    hf_config["mlp_bias"] = False
+  return hf_config
+
+
+# -------------------------------------------------------------- name mapping --
+
+
+def _tensor_layouts(cfg: config_lib.ModelConfig, heads) -> Dict[
+    Tuple[str, ...], Tuple[str, Tuple[int, ...], Callable, Callable]]:
+  """params path -> (HF name, HF shape, hf_to_ours, ours_to_hf)."""
+  d, f, dh = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+  h, kvh, v = cfg.num_heads, cfg.num_kv_heads, cfg.vocab_size
+
+  def same(x):
+    return x
+
+  def linear_in(num_heads):  # [N*Dh, D] <-> [D, N, Dh]
+    return (lambda w: w.T.reshape(d, num_heads, dh),
+            lambda k: k.reshape(d, num_heads * dh).T)
+
+  def bias(num_heads):  # [N*Dh] <-> [N, Dh]
+    return (lambda b: b.reshape(num_heads, dh),
+            lambda b: b.reshape(num_heads * dh))
+
+  def transpose(x):
+    return x.T
+
+  o_proj = (lambda w: w.T.reshape(h, dh, d), lambda k: k.reshape(h * dh, d).T)
+  layouts = {("embed",): ("model.embed_tokens.weight", (v, d), same, same),
+             ("final_norm", "scale"): ("model.norm.weight", (d,), same, same)}
+  for i in range(cfg.num_layers):
+    prefix, ours = f"model.layers.{i}.", f"layers_{i}"
+    attn = prefix + "self_attn."
+    for name, n in (("q", h), ("k", kvh), ("v", kvh)):
+      layouts[(ours, "attention", f"{name}_kernel")] = (
+          f"{attn}{name}_proj.weight", (n * dh, d), *linear_in(n))
+      if cfg.attention_bias:
+        layouts[(ours, "attention", f"{name}_bias")] = (
+            f"{attn}{name}_proj.bias", (n * dh,), *bias(n))
+    layouts[(ours, "attention", "o_kernel")] = (
+        f"{attn}o_proj.weight", (d, h * dh), *o_proj)
+    for name in ("gate", "up"):
+      layouts[(ours, "mlp", f"{name}_kernel")] = (
+          f"{prefix}mlp.{name}_proj.weight", (f, d), transpose, transpose)
+    layouts[(ours, "mlp", "down_kernel")] = (
+        f"{prefix}mlp.down_proj.weight", (d, f), transpose, transpose)
+    layouts[(ours, "input_norm", "scale")] = (
+        f"{prefix}input_layernorm.weight", (d,), same, same)
+    layouts[(ours, "post_attention_norm", "scale")] = (
+        f"{prefix}post_attention_layernorm.weight", (d,), same, same)
+  if "lm" in heads and not cfg.tie_word_embeddings:
+    layouts[("lm_head",)] = ("lm_head.weight", (v, d), transpose, transpose)
+  if "score" in heads:
+    layouts[("score_kernel",)] = ("score.weight", (1, d), transpose, transpose)
+    layouts[("score_bias",)] = ("score.bias", (1,), same, same)
+  return layouts
+
+
+def _set_path(tree, path, value):
+  for key in path[:-1]:
+    tree = tree.setdefault(key, {})
+  tree[path[-1]] = value
+
+
+def _get_path(tree, path):
+  for key in path:
+    tree = tree[key]
+  return tree
+
+
+# --------------------------------------------------------------------- load --
+
+
+class _TensorReader:
+  """Reads single tensors from one or several safetensors files."""
+
+  def __init__(self, path):
+    single = os.path.join(path, _WEIGHTS_FILE)
+    index = os.path.join(path, _INDEX_FILE)
+    if os.path.isfile(single):
+      with safetensors.safe_open(single, framework="numpy") as f:
+        self._file_of = {name: single for name in f.keys()}
+    elif os.path.isfile(index):
+      try:
+        with open(index) as f:
+          weight_map = json.load(f)["weight_map"]
+      except (json.JSONDecodeError, KeyError) as e:
+        raise ValueError(f"{index}: not a safetensors index with a "
+                         f"'weight_map' ({e}).") from None
+      self._file_of = {name: os.path.join(path, file)
+                       for name, file in weight_map.items()}
+      for file in sorted(set(self._file_of.values())):
+        if not os.path.isfile(file):
+          raise FileNotFoundError(f"{file} (listed in {index}) is missing.")
+    else:
+      raise FileNotFoundError(
+          f"No {_WEIGHTS_FILE} or {_INDEX_FILE} in {path}.")
+    self.source = single if os.path.isfile(single) else index
+    self._handles = {}
+
+  def __contains__(self, name):
+    return name in self._file_of
+
+  def get(self, name):
+    if name not in self._file_of:
+      raise ValueError(f"{self.source}: tensor {name!r} is missing.")
+    file = self._file_of[name]
+    if file not in self._handles:
+      self._handles[file] = safetensors.safe_open(file, framework="numpy")
+    return self._handles[file].get_tensor(name), file
+
+  def close(self):
+    self._handles.clear()
+
+
+def load_hf(path: str, *, dtype: str = "float32",
+            shardings: Optional[Params] = None
+            ) -> Tuple[config_lib.ModelConfig, Params]:
+  """Loads a Hugging Face Qwen2 / Llama checkpoint directory.
+
+  Args:
+    path: directory with config.json and model.safetensors (or sharded
+      safetensors with model.safetensors.index.json).
+    dtype: activation dtype of the returned config ("float32"/"bfloat16");
+      parameters are always converted to float32.
+    shardings: optional pytree of `jax.sharding.Sharding` with the structure
+      of the params; each tensor is then placed directly into its sharding,
+      one tensor at a time.
+
+  Returns:
+    (model_config, params). params has an "lm" head, plus a "score" head when
+    the checkpoint holds `score.weight`.
+  """
+  config_path = os.path.join(path, _CONFIG_FILE)
+  if not os.path.isfile(config_path):
+    raise FileNotFoundError(f"{config_path} does not exist.")
+  with open(config_path) as f:
+    try:
+      hf_config = json.load(f)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{config_path}: invalid JSON ({e}).") from None
+  cfg = config_from_hf(hf_config, dtype=dtype, path=config_path)
+  reader = _TensorReader(path)
+  heads = ("lm", "score") if "score.weight" in reader else ("lm",)
+  params = {}
+  try:
+    for ours, (name, shape, to_ours, _) in _tensor_layouts(cfg,
+                                                           heads).items():
+      tensor, file = reader.get(name)
+      if tuple(tensor.shape) != shape:
+        raise ValueError(f"{file}: tensor {name!r} has shape "
+                         f"{tuple(tensor.shape)}, expected {shape} from "
+                         f"{config_path}.")
+      value = np.ascontiguousarray(to_ours(tensor.astype(np.float32)))
+      if shardings is not None:
+        try:
+          sharding = _get_path(shardings, ours)
+        except (KeyError, TypeError):
+          raise ValueError(f"shardings has no entry for params path "
+                           f"{'/'.join(ours)}.") from None
+        value = jax.device_put(value, sharding)
+      else:
+        value = jax.numpy.asarray(value)
+      _set_path(params, ours, value)
+  finally:
+    reader.close()
+  return cfg, params
+
+
+# --------------------------------------------------------------------- save --
+
+
+def save_hf(path: str, cfg: config_lib.ModelConfig, params: Params) -> None:
+  """Writes config.json and model.safetensors (float32) in the HF layout.
+
+  The result loads with transformers' `AutoModelForCausalLM.from_pretrained`
+  and with `load_hf`; save -> load -> save is bit-identical.
+  """
+  heads = ()
+  if "lm_head" in params or cfg.tie_word_embeddings:
+    heads += ("lm",)
+  if "score_kernel" in params:
+    heads += ("score",)
+  tensors = {}
+  for ours, (name, shape, _, to_hf) in _tensor_layouts(cfg, heads).items():
+    try:
+      value = _get_path(params, ours)
+    except (KeyError, TypeError):
+      raise ValueError(f"params has no entry {'/'.join(ours)} needed for "
+                       f"{name!r}.") from None
+    value = np.asarray(jax.device_get(value), dtype=np.float32)
+    tensors[name] = np.ascontiguousarray(to_hf(value))
+    if tensors[name].shape != shape:
+      raise ValueError(f"params {'/'.join(ours)} gives {name!r} of shape "
+                       f"{tensors[name].shape}, expected {shape}.")
+  os.makedirs(path, exist_ok=True)
+  safetensors_numpy.save_file(tensors, os.path.join(path, _WEIGHTS_FILE),
+                              metadata={"format": "pt"})
+  with open(os.path.join(path, _CONFIG_FILE), "w") as f:
+    json.dump(config_to_hf(cfg), f, indent=2, sort_keys=True)
+    f.write("\n")

@@ -1,0 +1,350 @@
+"""The decoder as pure functions of (config, params, arrays).
+
+    params = init_params(cfg, rng, heads=("lm",))
+    logits, _ = apply(cfg, params, tokens, attention_mask=mask)
+    scores, _ = apply(cfg, params, tokens, attention_mask=mask, head="score")
+
+Token arrays are batch-first [B, T] int32. `attention_mask` is 1 on real
+tokens and 0 on padding; padded keys are never attended to. Position ids
+default to cumsum(attention_mask) - 1 (clipped at 0), so a left-padded prompt
+gets positions relative to its first real token, as in Hugging Face
+`generate`. Attention is causal by slot index.
+
+With a KV cache (`init_cache`), the T new tokens are written at slots
+[cache_index, cache_index + T) and attend to every earlier valid slot; the
+updated cache is returned. Parameters are plain nested dicts of float32
+arrays; `param_logical_axes` gives the matching logical `PartitionSpec`s.
+"""
+
+import functools
+import zlib
+from typing import Any, NamedTuple, Optional, Sequence, Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rl_rewards.models import config as config_lib
+from rl_rewards.models import transformer
+
+Array = jax.Array
+Params = Any
+
+
+class KVCache(NamedTuple):
+  """Per-layer keys and values of the tokens seen so far.
+
+  Attributes:
+    k: tuple of `num_layers` arrays [B, KVH, S, Dh] (activation dtype;
+      heads-major so that decoding reads each head's keys contiguously).
+    v: tuple of `num_layers` arrays [B, KVH, S, Dh].
+    key_mask: [B, S] bool, True on slots that hold a real (non-pad) token.
+  """
+  k: Tuple[Array, ...]
+  v: Tuple[Array, ...]
+  key_mask: Array
+
+  @property
+  def max_len(self) -> int:
+    return self.key_mask.shape[1]
+
+
+def _check_heads(heads):
+  heads = tuple(heads)
+  if not heads:
+    raise ValueError("heads must name at least one head.")
+  for head in heads:
+    if head not in config_lib.HEAD_NAMES:
+      raise ValueError(f"Unknown head {head!r} in heads={heads}; expected "
+                       f"names from {config_lib.HEAD_NAMES}.")
+  if len(set(heads)) != len(heads):
+    raise ValueError(f"heads has duplicates: {heads}.")
+  return heads
+
+
+def _module(cfg, heads=("lm",)):
+  return transformer.Decoder(cfg, heads=tuple(heads))
+
+
+def _boxed_init(cfg, heads, rng):
+  tokens = jnp.zeros((1, 1), jnp.int32)
+  positions = jnp.zeros((1, 1), jnp.int32)
+  allowed = jnp.ones((1, 1, 1), bool)
+  module = _module(cfg, heads)
+  return module.init(rng, tokens, positions, allowed,
+                     method=transformer.Decoder.init_all_heads)["params"]
+
+
+def _abstract_params(cfg, heads):
+  """Shapes of the parameters (no computation)."""
+  return nn.unbox(jax.eval_shape(functools.partial(_boxed_init, cfg, heads),
+                                 jax.random.key(0)))
+
+
+def _seed_words(rng) -> np.ndarray:
+  if isinstance(rng, jax.core.Tracer):
+    raise ValueError("init_params runs on the host; pass a concrete PRNG key, "
+                     "not a traced one (call it outside jax.jit).")
+  rng = jnp.asarray(rng)
+  if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
+    rng = jax.random.key_data(rng)
+  return np.asarray(rng, np.uint32).ravel()
+
+
+def init_params(cfg: config_lib.ModelConfig, rng: Array, *,
+                heads: Sequence[str] = ("lm",),
+                shardings: Optional[Params] = None) -> Params:
+  """Fresh float32 parameters (a plain nested dict).
+
+  The values are drawn on the host with numpy (one generator per parameter,
+  seeded from `rng` and the parameter's path, so adding a head leaves the
+  other parameters unchanged), which avoids compiling a random-number kernel
+  per parameter. Kernels get a truncated normal with variance 1 / fan_in,
+  the embedding N(0, 0.02^2), norm scales 1 and biases 0.
+
+  Args:
+    cfg: model configuration.
+    rng: PRNG key (concrete, not traced).
+    heads: which heads to create: "lm" (the policy's token logits; reuses the
+      embedding when `cfg.tie_word_embeddings`) and/or "score" (a scalar per
+      token, for value models and PRMs).
+    shardings: optional pytree of `jax.sharding.Sharding` matching the
+      params; each array is placed directly into its sharding.
+
+  Returns:
+    The parameter dict: `embed` [V, D], `layers_{i}`, `final_norm`, and
+    `lm_head` [D, V] / `score_kernel` [D, 1] + `score_bias` [1] per head.
+  """
+  heads = _check_heads(heads)
+  seed = _seed_words(rng)
+  abstract = _abstract_params(cfg, heads)
+  paths_and_leaves, treedef = jax.tree_util.tree_flatten_with_path(abstract)
+  sharding_leaves = (
+      [None] * len(paths_and_leaves) if shardings is None
+      else treedef.flatten_up_to(shardings))
+  values = []
+  for (path, leaf), sharding in zip(paths_and_leaves, sharding_leaves):
+    names = [entry.key for entry in path]
+    path_hash = zlib.crc32("/".join(names).encode())
+    generator = np.random.default_rng([*seed.tolist(), path_hash])
+    value = transformer.initial_value(names[-1], leaf.shape, generator)
+    values.append(jnp.asarray(value) if sharding is None
+                  else jax.device_put(value, sharding))
+  return jax.tree.unflatten(treedef, values)
+
+
+def param_logical_axes(cfg: config_lib.ModelConfig, *,
+                       heads: Sequence[str] = ("lm",)) -> Params:
+  """The pytree of logical `PartitionSpec`s matching `init_params`' output.
+
+  Each leaf is a `jax.sharding.PartitionSpec` of names from
+  `rl_rewards.sharding.axes` (e.g. `PartitionSpec('embed', 'mlp')`); map them
+  to mesh shardings with `nn.logical_to_mesh_sharding(specs, mesh, rules)`.
+  """
+  heads = _check_heads(heads)
+  boxed = jax.eval_shape(
+      functools.partial(_boxed_init, cfg, heads), jax.random.key(0))
+  return nn.get_partition_spec(boxed)
+
+
+def init_from_backbone(cfg: config_lib.ModelConfig, params: Params,
+                       rng: Array, *,
+                       heads: Sequence[str] = ("score",)) -> Params:
+  """Parameters for a model with `heads` that shares `params`' backbone.
+
+  Used to start a value model or PRM from a policy: the embedding, blocks and
+  final norm are copied from `params`, an LM head is kept when `heads` has
+  "lm" and `params` has one, and the score head is always freshly
+  initialised from `rng`.
+  """
+  heads = _check_heads(heads)
+  out = dict(init_params(cfg, rng, heads=heads))
+  for name, value in params.items():
+    is_backbone = name not in ("lm_head", "score_kernel", "score_bias")
+    if is_backbone or (name == "lm_head" and "lm" in heads):
+      out[name] = value
+  return jax.tree.map(jnp.asarray, out)
+
+
+def init_cache(cfg: config_lib.ModelConfig, batch_size: int,
+               max_len: int) -> KVCache:
+  """An empty KV cache with `max_len` slots (all slots invalid)."""
+  if batch_size <= 0 or max_len <= 0:
+    raise ValueError(f"init_cache needs batch_size > 0 and max_len > 0, got "
+                     f"{batch_size} and {max_len}.")
+  shape = (batch_size, cfg.num_kv_heads, max_len, cfg.head_dim)
+  dtype = jnp.dtype(cfg.dtype)
+  zeros = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
+  return KVCache(k=zeros, v=tuple(jnp.zeros(shape, dtype)
+                                  for _ in range(cfg.num_layers)),
+                 key_mask=jnp.zeros((batch_size, max_len), bool))
+
+
+def default_positions(attention_mask: Array) -> Array:
+  """cumsum(mask) - 1, clipped at 0: positions counted from the first real
+  token (left padding gets position 0). [B, T] -> [B, T] int32."""
+  mask = attention_mask.astype(jnp.int32)
+  return jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0)
+
+
+def _check_tokens(cfg, tokens, attention_mask, positions):
+  if tokens.ndim != 2:
+    raise ValueError(f"tokens must be [B, T], got shape {tokens.shape}.")
+  if not jnp.issubdtype(tokens.dtype, jnp.integer):
+    raise ValueError(f"tokens must be integer ids, got dtype {tokens.dtype}.")
+  for name, array in (("attention_mask", attention_mask),
+                      ("positions", positions)):
+    if array is not None and array.shape != tokens.shape:
+      raise ValueError(f"{name} must have the shape of tokens {tokens.shape}, "
+                       f"got {array.shape}.")
+  del cfg
+
+
+def apply(cfg: config_lib.ModelConfig, params: Params, tokens: Array, *,
+          attention_mask: Optional[Array] = None,
+          positions: Optional[Array] = None,
+          cache: Optional[KVCache] = None,
+          cache_index=None,
+          head: str = "lm") -> Tuple[Array, Optional[KVCache]]:
+  """Runs the decoder on tokens [B, T].
+
+  Args:
+    cfg: model configuration.
+    params: from `init_params` / `load_hf`.
+    tokens: [B, T] int token ids.
+    attention_mask: [B, T], 1 = real token, 0 = padding (never attended to).
+      Defaults to all ones.
+    positions: [B, T] RoPE position ids. Defaults to cumsum(mask) - 1 clipped
+      at 0, continued after the valid slots already in `cache` (slots below
+      `cache_index`).
+    cache: optional `KVCache`; the tokens are written at slots
+      [cache_index, cache_index + T) and attend to every earlier valid slot.
+    cache_index: first slot for the tokens (int or int32 scalar; required
+      with a cache). Every index value reuses the same compiled function.
+    head: "lm" -> logits [B, T, V]; "score" -> scores [B, T]. Both float32.
+
+  Returns:
+    (out, new_cache); new_cache is None without a cache.
+  """
+  tokens = jnp.asarray(tokens)
+  attention_mask = (None if attention_mask is None
+                    else jnp.asarray(attention_mask))
+  positions = None if positions is None else jnp.asarray(positions)
+  _check_tokens(cfg, tokens, attention_mask, positions)
+  if head not in config_lib.HEAD_NAMES:
+    raise ValueError(f"Unknown head {head!r}; expected one of "
+                     f"{config_lib.HEAD_NAMES}.")
+  batch, length = tokens.shape
+  if attention_mask is None:
+    attention_mask = jnp.ones((batch, length), bool)
+
+  if cache is None:
+    if cache_index is not None:
+      raise ValueError("cache_index was given without a cache.")
+    return _jit_forward(cfg, head, params, tokens, attention_mask,
+                        positions), None
+
+  if cache_index is None:
+    raise ValueError("apply with a cache needs cache_index.")
+  if cache.key_mask.shape[0] != batch:
+    raise ValueError(f"cache batch size {cache.key_mask.shape[0]} does not "
+                     f"match tokens batch size {batch}.")
+  if len(cache.k) != cfg.num_layers:
+    raise ValueError(f"cache has {len(cache.k)} layers, the config "
+                     f"{cfg.num_layers}.")
+  if isinstance(cache_index, (int, np.integer)):
+    if not 0 <= cache_index <= cache.max_len - length:
+      raise ValueError(f"cache_index {cache_index} + {length} new tokens "
+                       f"does not fit a cache of {cache.max_len} slots.")
+  # Always traced, so that every index reuses one compiled function.
+  cache_index = jnp.asarray(cache_index, jnp.int32)
+  return _jit_cached_forward(cfg, head, params, tokens, attention_mask,
+                             positions, cache, cache_index)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _jit_forward(cfg, head, params, tokens, attention_mask, positions):
+  """Full causal forward pass without a cache."""
+  valid = attention_mask.astype(bool)
+  if positions is None:
+    positions = default_positions(valid)
+  slot = jnp.arange(tokens.shape[1])
+  allowed = (slot[None, :] <= slot[:, None])[None] & valid[:, None, :]
+  out, _ = _module(cfg, (head,)).apply({"params": params}, tokens, positions,
+                                       allowed, None, 0, head)
+  return out
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _jit_cached_forward(cfg, head, params, tokens, attention_mask, positions,
+                        cache, cache_index):
+  """Forward pass of new tokens written into the cache at cache_index."""
+  valid = attention_mask.astype(bool)
+  length, max_len = tokens.shape[1], cache.max_len
+  slot = jnp.arange(max_len)
+  if positions is None:
+    earlier = cache.key_mask & (slot[None, :] < cache_index)
+    positions = (jnp.sum(earlier, axis=-1, dtype=jnp.int32)[:, None] +
+                 default_positions(valid))
+  key_mask = jax.lax.dynamic_update_slice(cache.key_mask, valid,
+                                          (0, cache_index))
+  query_slot = cache_index + jnp.arange(length)
+  allowed = ((slot[None, :] <= query_slot[:, None])[None] &
+             key_mask[:, None, :])
+  out, (new_k, new_v) = _module(cfg, (head,)).apply(
+      {"params": params}, tokens, positions, allowed, (cache.k, cache.v),
+      cache_index, head)
+  return out, KVCache(k=new_k, v=new_v, key_mask=key_mask)
+
+
+def logits(cfg: config_lib.ModelConfig, params: Params,
+           tokens: Array) -> Array:
+  """Token logits [B, T, V] of unpadded tokens (positions 0..T-1)."""
+  out, _ = apply(cfg, params, tokens)
+  return out
+
+
+def token_logprobs(cfg: config_lib.ModelConfig, params: Params,
+                   tokens: Array, attention_mask: Optional[Array] = None, *,
+                   positions: Optional[Array] = None,
+                   temperature: float = 1.0) -> Array:
+  """log pi(tokens[t] | tokens[<t]) aligned with the tokens, [B, T] float32.
+
+  Entry t is log softmax(logits[t - 1] / temperature)[tokens[t]]. Entry 0,
+  entries on padding, and the first real token of each row (it has no
+  context) are 0, so the output can be multiplied by any mask that is a
+  subset of `attention_mask`.
+
+  Args:
+    cfg: model configuration.
+    params: parameters with an "lm" head.
+    tokens: [B, T] int ids (e.g. prompt + response from the sampler).
+    attention_mask: [B, T] 1 = real token; defaults to all ones.
+    positions: optional [B, T] position ids (default as in `apply`).
+    temperature: divides the logits (1.0 = the policy itself).
+
+  Returns:
+    [B, T] float32 log-probabilities.
+  """
+  tokens = jnp.asarray(tokens)
+  if attention_mask is None:
+    attention_mask = jnp.ones(tokens.shape, bool)
+  attention_mask = jnp.asarray(attention_mask)
+  positions = None if positions is None else jnp.asarray(positions)
+  _check_tokens(cfg, tokens, attention_mask, positions)
+  return _jit_token_logprobs(cfg, params, tokens, attention_mask, positions,
+                             jnp.float32(temperature))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _jit_token_logprobs(cfg, params, tokens, attention_mask, positions,
+                        temperature):
+  out = _jit_forward(cfg, "lm", params, tokens, attention_mask, positions)
+  scaled = out[:, :-1] / temperature
+  picked = jnp.take_along_axis(scaled, tokens[:, 1:, None], axis=-1)[..., 0]
+  picked = picked - jax.nn.logsumexp(scaled, axis=-1)
+  valid = attention_mask.astype(bool)
+  has_context = valid[:, 1:] & valid[:, :-1]
+  picked = jnp.where(has_context, picked, 0.0)
+  return jnp.pad(picked, ((0, 0), (1, 0)))

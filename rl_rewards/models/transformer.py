@@ -1,0 +1,350 @@
+"""Flax Linen modules of the Qwen2/Llama decoder.
+
+These modules are an implementation detail of `rl_rewards.models.model`,
+whose pure functions (`init_params`, `apply`, ...) are the public interface.
+
+Architecture (matches Hugging Face `Qwen2ForCausalLM` / `LlamaForCausalLM`):
+
+  h_0 = E[tokens]
+  a_l = h_l + Attention(RMSNorm(h_l))             (GQA, RoPE, causal + pad mask)
+  h_{l+1} = a_l + W_down(silu(W_gate x) * (W_up x)),   x = RMSNorm(a_l)
+  out = head(RMSNorm(h_L))
+
+with RMSNorm(x) = x * rsqrt(mean(x^2) + eps) * w computed in float32, the
+attention scale 1/sqrt(Dh) and RoPE in the "rotate_half" convention
+(the two halves of each head are the real and imaginary parts).
+
+Shapes: tokens [B, T]; activations [B, T, D]; queries [B, T, H, Dh]; keys and
+values [B, KVH, S, Dh] where S is the number of key slots (T without a cache).
+Every parameter carries logical axis names from `rl_rewards.sharding.axes`.
+"""
+
+from typing import Optional, Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rl_rewards.models import config as config_lib
+from rl_rewards.sharding import axes
+
+Array = jax.Array
+
+# Scores of masked-out keys. Finite, so a query with no valid key (a padding
+# token) gets a uniform, finite distribution instead of NaN.
+_MASKED_SCORE = -1e30
+
+
+# How every parameter is initialised, by leaf name: (kind, number of leading
+# fan-in axes). One table serves the Linen initialisers and the host-side
+# `initial_value` used by `model.init_params` (which avoids compiling one
+# random-number kernel per parameter).
+_INIT_RULES = {
+    "embed": ("normal", 0),
+    "scale": ("ones", 0),
+    "q_kernel": ("fan_in", 1), "k_kernel": ("fan_in", 1),
+    "v_kernel": ("fan_in", 1), "o_kernel": ("fan_in", 2),
+    "gate_kernel": ("fan_in", 1), "up_kernel": ("fan_in", 1),
+    "down_kernel": ("fan_in", 1), "lm_head": ("fan_in", 1),
+    "score_kernel": ("fan_in", 1),
+    "q_bias": ("zeros", 0), "k_bias": ("zeros", 0), "v_bias": ("zeros", 0),
+    "score_bias": ("zeros", 0),
+}
+EMBED_STDDEV = 0.02
+# Stddev of a standard normal truncated to [-2, 2].
+_TRUNCATED_STDDEV = 0.87962566103423978
+
+
+def _fan_in_stddev(shape, num_in_axes):
+  return (1.0 / np.prod(shape[:num_in_axes])) ** 0.5 / _TRUNCATED_STDDEV
+
+
+def initializer(name):
+  """The jax initialiser of the parameter called `name` (see _INIT_RULES)."""
+  kind, num_in_axes = _INIT_RULES[name]
+  if kind == "normal":
+    return nn.initializers.normal(EMBED_STDDEV)
+  if kind == "ones":
+    return nn.initializers.ones
+  if kind == "zeros":
+    return nn.initializers.zeros
+
+  def fan_in_init(key, shape, dtype=jnp.float32):
+    return jax.random.truncated_normal(key, -2.0, 2.0, shape, dtype) * (
+        _fan_in_stddev(shape, num_in_axes))
+  return fan_in_init
+
+
+def initial_value(name, shape, generator: np.random.Generator) -> np.ndarray:
+  """Same distribution as `initializer(name)`, drawn with numpy, float32."""
+  kind, num_in_axes = _INIT_RULES[name]
+  if kind == "ones":
+    return np.ones(shape, np.float32)
+  if kind == "zeros":
+    return np.zeros(shape, np.float32)
+  values = generator.standard_normal(shape, dtype=np.float32)
+  if kind == "normal":
+    return values * np.float32(EMBED_STDDEV)
+  outside = np.abs(values) > 2.0
+  while outside.any():
+    values[outside] = generator.standard_normal(int(outside.sum()),
+                                                dtype=np.float32)
+    outside = np.abs(values) > 2.0
+  return values * np.float32(_fan_in_stddev(shape, num_in_axes))
+
+
+def _partitioned(name, logical_axes):
+  return nn.with_logical_partitioning(initializer(name), logical_axes)
+
+
+def _constrain(x, *names):
+  return nn.with_logical_constraint(x, names)
+
+
+def rope_inverse_frequencies(head_dim: int, theta: float) -> np.ndarray:
+  """inv_freq[i] = 1 / theta^(2i / Dh), i < Dh/2, in float32 like HF."""
+  exponents = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
+  return (np.float32(1.0) / (np.float32(theta) ** exponents)).astype(np.float32)
+
+
+def apply_rope(x: Array, positions: Array, theta: float) -> Array:
+  """Rotary position embedding, Hugging Face "rotate_half" convention.
+
+  x' = x * cos(p * f) + rotate_half(x) * sin(p * f), with f = [inv_freq,
+  inv_freq] (length Dh) and rotate_half([x1, x2]) = [-x2, x1].
+
+  Args:
+    x: [B, T, N, Dh] queries or keys.
+    positions: [B, T] int position ids.
+    theta: RoPE base.
+
+  Returns:
+    [B, T, N, Dh], same dtype as x. Angles are computed in float32.
+  """
+  inv_freq = jnp.asarray(rope_inverse_frequencies(x.shape[-1], theta))
+  angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, Dh/2]
+  angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
+  cos = jnp.cos(angles).astype(x.dtype)
+  sin = jnp.sin(angles).astype(x.dtype)
+  half = x.shape[-1] // 2
+  rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+  return x * cos + rotated * sin
+
+
+class RMSNorm(nn.Module):
+  """y = x * rsqrt(mean(x^2, -1) + eps) * scale, computed in float32."""
+  eps: float
+  dtype: jnp.dtype
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    scale = self.param(
+        "scale", _partitioned("scale", (axes.NORM,)),
+        (x.shape[-1],), jnp.float32)
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(
+        jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.eps)
+    # HF casts back to the input dtype before multiplying by the weight.
+    return normed.astype(self.dtype) * scale.astype(self.dtype)
+
+
+class Attention(nn.Module):
+  """Grouped-query self-attention with RoPE and an optional KV cache."""
+  cfg: config_lib.ModelConfig
+
+  @nn.compact
+  def __call__(self, x, positions, allowed, layer_cache, cache_index):
+    """Attention of the new tokens over all allowed key slots.
+
+    Args:
+      x: [B, T, D] normalised activations.
+      positions: [B, T] RoPE position ids.
+      allowed: [B, T, S] bool, whether query t may attend to key slot s.
+      layer_cache: None, or (k, v) each [B, KVH, S_max, Dh]: the new keys
+        and values are written at slots [cache_index, cache_index + T).
+      cache_index: int or int32 scalar, first slot of the new tokens.
+
+    Returns:
+      ([B, T, D] output, updated (k, v) or None).
+    """
+    cfg = self.cfg
+    dtype = jnp.dtype(cfg.dtype)
+    d, h, kvh, dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+
+    def projection(name, num_heads, head_axis):
+      kernel = self.param(
+          f"{name}_kernel",
+          _partitioned(f"{name}_kernel",
+                       (axes.EMBED, head_axis, axes.HEAD_DIM)),
+          (d, num_heads, dh), jnp.float32)
+      y = jnp.einsum("btd,dnh->btnh", x, kernel.astype(dtype))
+      if cfg.attention_bias:
+        bias = self.param(
+            f"{name}_bias",
+            _partitioned(f"{name}_bias", (head_axis, axes.HEAD_DIM)),
+            (num_heads, dh), jnp.float32)
+        y = y + bias.astype(dtype)
+      return y
+
+    q = projection("q", h, axes.HEADS)
+    k = projection("k", kvh, axes.KV_HEADS)
+    v = projection("v", kvh, axes.KV_HEADS)
+    q = _constrain(apply_rope(q, positions, cfg.rope_theta),
+                   axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_HEADS, None)
+    k = _constrain(apply_rope(k, positions, cfg.rope_theta),
+                   axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_KV_HEADS, None)
+    v = _constrain(v, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_KV_HEADS, None)
+
+    # Heads-major [B, KVH, S, Dh] keeps the attention dots free of transposes
+    # of the (large) key/value cache.
+    k = jnp.swapaxes(k, 1, 2)
+    v = jnp.swapaxes(v, 1, 2)
+    new_cache = None
+    if layer_cache is not None:
+      cache_k, cache_v = layer_cache
+      start = (0, 0, cache_index, 0)
+      cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype),
+                                             start)
+      cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype),
+                                             start)
+      new_cache = (cache_k, cache_v)
+      k, v = cache_k, cache_v
+
+    batch, length = x.shape[:2]
+    groups = cfg.num_query_groups
+    # Query head n uses key/value head n // groups (HF repeat_kv).
+    q = q.reshape(batch, length, kvh, groups, dh).transpose(0, 2, 3, 1, 4)
+    scores = jnp.einsum("bkgtd,bksd->bkgts", q, k.astype(dtype))
+    scores = scores.astype(jnp.float32) * (dh ** -0.5)
+    scores = jnp.where(allowed[:, None, None], scores, _MASKED_SCORE)
+    weights = jax.nn.softmax(scores, axis=-1).astype(dtype)
+    out = jnp.einsum("bkgts,bksd->btkgd", weights, v.astype(dtype))
+    out = out.reshape(batch, length, h, dh)
+
+    o_kernel = self.param(
+        "o_kernel",
+        _partitioned("o_kernel", (axes.HEADS, axes.HEAD_DIM, axes.EMBED)),
+        (h, dh, d), jnp.float32)
+    out = jnp.einsum("bthd,hdD->btD", out, o_kernel.astype(dtype))
+    return out, new_cache
+
+
+class MLP(nn.Module):
+  """SwiGLU: down(silu(gate(x)) * up(x))."""
+  cfg: config_lib.ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.cfg
+    dtype = jnp.dtype(cfg.dtype)
+    d, f = cfg.hidden_size, cfg.intermediate_size
+    gate = self.param("gate_kernel",
+                      _partitioned("gate_kernel", (axes.EMBED, axes.MLP)),
+                      (d, f), jnp.float32)
+    up = self.param("up_kernel",
+                    _partitioned("up_kernel", (axes.EMBED, axes.MLP)),
+                    (d, f), jnp.float32)
+    down = self.param("down_kernel",
+                      _partitioned("down_kernel", (axes.MLP, axes.EMBED)),
+                      (f, d), jnp.float32)
+    hidden = (jax.nn.silu(x @ gate.astype(dtype)) * (x @ up.astype(dtype)))
+    hidden = _constrain(hidden, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_MLP)
+    return hidden @ down.astype(dtype)
+
+
+class Block(nn.Module):
+  """Pre-norm decoder block: attention and MLP, each with a residual."""
+  cfg: config_lib.ModelConfig
+
+  @nn.compact
+  def __call__(self, x, positions, allowed, layer_cache, cache_index):
+    cfg = self.cfg
+    dtype = jnp.dtype(cfg.dtype)
+    attn_out, new_cache = Attention(cfg, name="attention")(
+        RMSNorm(cfg.rms_norm_eps, dtype, name="input_norm")(x), positions,
+        allowed, layer_cache, cache_index)
+    x = x + attn_out
+    x = x + MLP(cfg, name="mlp")(
+        RMSNorm(cfg.rms_norm_eps, dtype, name="post_attention_norm")(x))
+    x = _constrain(x, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)
+    return x, new_cache
+
+
+class Decoder(nn.Module):
+  """Token ids -> head outputs.
+
+  Attributes:
+    cfg: the model configuration.
+    heads: heads whose parameters `init` creates; `__call__` evaluates only
+      the requested ones.
+  """
+  cfg: config_lib.ModelConfig
+  heads: Tuple[str, ...] = ("lm",)
+
+  def setup(self):
+    cfg = self.cfg
+    dtype = jnp.dtype(cfg.dtype)
+    self.embedding = self.param(
+        "embed", _partitioned("embed", (axes.VOCAB, axes.EMBED)),
+        (cfg.vocab_size, cfg.hidden_size), jnp.float32)
+    self.blocks = [Block(cfg, name=f"layers_{i}")
+                   for i in range(cfg.num_layers)]
+    self.final_norm = RMSNorm(cfg.rms_norm_eps, dtype, name="final_norm")
+    if "lm" in self.heads and not cfg.tie_word_embeddings:
+      self.lm_head = self.param(
+          "lm_head", _partitioned("lm_head", (axes.EMBED, axes.VOCAB)),
+          (cfg.hidden_size, cfg.vocab_size), jnp.float32)
+    if "score" in self.heads:
+      self.score_kernel = self.param(
+          "score_kernel",
+          _partitioned("score_kernel", (axes.EMBED, axes.SCALAR)),
+          (cfg.hidden_size, 1), jnp.float32)
+      self.score_bias = self.param(
+          "score_bias", _partitioned("score_bias", (axes.SCALAR,)),
+          (1,), jnp.float32)
+
+  def hidden_states(self, tokens, positions, allowed, cache, cache_index):
+    """Final-normed hidden states [B, T, D] and the updated per-layer cache."""
+    dtype = jnp.dtype(self.cfg.dtype)
+    x = jnp.take(self.embedding, tokens, axis=0).astype(dtype)
+    x = _constrain(x, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)
+    new_cache = []
+    for i, block in enumerate(self.blocks):
+      layer_cache = None if cache is None else (cache[0][i], cache[1][i])
+      x, layer_new = block(x, positions, allowed, layer_cache, cache_index)
+      new_cache.append(layer_new)
+    if cache is not None:
+      new_cache = (tuple(c[0] for c in new_cache),
+                   tuple(c[1] for c in new_cache))
+    else:
+      new_cache = None
+    return self.final_norm(x), new_cache
+
+  def head_output(self, x, head):
+    """Applies `head` ("lm" -> logits [B, T, V] f32, "score" -> [B, T] f32)."""
+    dtype = jnp.dtype(self.cfg.dtype)
+    if head == "lm":
+      if self.cfg.tie_word_embeddings:
+        out = jnp.einsum("btd,vd->btv", x, self.embedding.astype(dtype))
+      else:
+        out = x @ self.lm_head.astype(dtype)
+      out = _constrain(out, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_VOCAB)
+      return out.astype(jnp.float32)
+    if head == "score":
+      out = x @ self.score_kernel.astype(dtype)
+      return (out[..., 0] + self.score_bias[0].astype(dtype)).astype(
+          jnp.float32)
+    raise ValueError(f"Unknown head {head!r}; expected one of "
+                     f"{config_lib.HEAD_NAMES}.")
+
+  def __call__(self, tokens, positions, allowed, cache=None, cache_index=0,
+               head: Optional[str] = "lm"):
+    x, new_cache = self.hidden_states(tokens, positions, allowed, cache,
+                                      cache_index)
+    return self.head_output(x, head), new_cache
+
+  def init_all_heads(self, tokens, positions, allowed):
+    """Touches every head in `self.heads` (used by `init`)."""
+    x, _ = self.hidden_states(tokens, positions, allowed, None, 0)
+    return [self.head_output(x, head) for head in self.heads]

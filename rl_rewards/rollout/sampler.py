@@ -1,0 +1,283 @@
+"""Jitted autoregressive sampling with a KV cache.
+
+    out = sample(cfg, params, prompt_tokens, prompt_mask, rng,
+                 max_new_tokens=72, temperature=1.0, top_p=1.0,
+                 eos_id=2, pad_id=0, delimiter_mask=newline_mask,
+                 num_samples=8)
+
+The left-padded prompts [B, P] are prefilled once; with `num_samples = n` the
+cache is then tiled so that every prompt gets n continuations, rows ordered
+prompt-major (the n samples of a prompt are contiguous, DESIGN §4). Decoding
+runs in a `lax.while_loop` that stops as soon as every row has emitted EOS
+(or after `max_new_tokens`). To continue a partial response, put it in the
+prompt: a prefix is just a longer prompt.
+
+Output arrays are [B * n, P + G] with G = max_new_tokens: prompt slots first,
+then the response slots. A row is done after its first EOS; later slots hold
+`pad_id` and are masked out. Sampling randomness for row r at step g comes
+from fold_in(fold_in(rng, g), r), so a row's sample does not depend on the
+rest of the batch: `sample(prompts, num_samples=n)` equals
+`sample(repeat(prompts, n))`.
+"""
+
+import functools
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rl_rewards.models import config as config_lib
+from rl_rewards.models import model as model_lib
+
+Array = jax.Array
+
+
+class SampleOutput(NamedTuple):
+  """Sampled sequences, batch-first, length P + G.
+
+  Attributes:
+    tokens: [N, P+G] int32, prompt then response; `pad_id` after EOS.
+    attention_mask: [N, P+G] int32, 1 on real prompt tokens and on response
+      tokens (the union of the prompt mask and `response_mask`).
+    response_mask: [N, P+G] int32, 1 on generated tokens up to and including
+      EOS, 0 on the prompt and padding.
+    logprobs: [N, P+G] float32, log pi(token) under the untempered policy for
+      generated tokens, 0 elsewhere.
+    step_ids: [N, P+G] int32, index of the reasoning step of each response
+      token (a step ends at each delimiter token and at the last response
+      token), -1 on the prompt and padding.
+    lengths: [N] int32, number of response tokens (EOS included).
+    truncated: [N] bool, True when no EOS was produced within G tokens.
+  """
+  tokens: Array
+  attention_mask: Array
+  response_mask: Array
+  logprobs: Array
+  step_ids: Array
+  lengths: Array
+  truncated: Array
+
+
+def top_p_logits(logits: Array, top_p: Array) -> Array:
+  """Nucleus filtering: keeps the smallest set of most likely tokens whose
+  probability reaches `top_p` (the most likely token is always kept) and sets
+  the rest to -inf. logits [..., V] -> [..., V]."""
+  sorted_logits = -jnp.sort(-logits, axis=-1)
+  probs = jax.nn.softmax(sorted_logits, axis=-1)
+  mass_before = jnp.cumsum(probs, axis=-1) - probs
+  num_kept = jnp.maximum(jnp.sum(mass_before < top_p, axis=-1), 1)
+  threshold = jnp.take_along_axis(sorted_logits, num_kept[..., None] - 1,
+                                  axis=-1)
+  return jnp.where(logits >= threshold, logits, -jnp.inf)
+
+
+def step_ids_from_tokens(tokens: Array, response_mask: Array,
+                         delimiter_mask: Array) -> Array:
+  """Step index of every response token, -1 elsewhere. [B, T] -> [B, T].
+
+  step_id(t) = #{delimiter tokens in the response strictly before t}; the
+  last response token closes the final step, which needs no marker.
+  """
+  valid = response_mask.astype(bool)
+  ends = delimiter_mask[tokens] & valid
+  ends = ends.astype(jnp.int32)
+  ids = jnp.cumsum(ends, axis=-1) - ends
+  return jnp.where(valid, ids, -1).astype(jnp.int32)
+
+
+def _choose_tokens(logits, rng, step, row_ids, temperature, top_p, *, greedy,
+                   use_top_p):
+  """Next tokens [N] and their untempered log-probs [N] from logits [N, V]."""
+  logp = jax.nn.log_softmax(logits, axis=-1)
+  if greedy:
+    tokens = jnp.argmax(logits, axis=-1)
+  else:
+    scaled = logits / temperature
+    if use_top_p:
+      scaled = top_p_logits(scaled, top_p)
+    step_key = jax.random.fold_in(rng, step)
+    row_keys = jax.vmap(jax.random.fold_in, (None, 0))(step_key, row_ids)
+    tokens = jax.vmap(jax.random.categorical)(row_keys, scaled)
+  tokens = tokens.astype(jnp.int32)
+  return tokens, jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("cfg", "max_new_tokens", "num_samples", "eos_id",
+                     "pad_id", "greedy", "use_top_p"))
+def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
+                delimiter_mask, *, cfg, max_new_tokens, num_samples, eos_id,
+                pad_id, greedy, use_top_p):
+  batch, prompt_len = prompt_tokens.shape
+  new = max_new_tokens
+  prompt_valid = prompt_mask.astype(bool)
+  cache = model_lib.init_cache(cfg, batch, prompt_len + new)
+  prefill_logits, cache = model_lib.apply(
+      cfg, params, prompt_tokens, attention_mask=prompt_valid, cache=cache,
+      cache_index=0)
+  last_logits = prefill_logits[:, -1]
+  num_prompt = jnp.sum(prompt_valid, axis=-1, dtype=jnp.int32)
+  if num_samples > 1:
+    tile = functools.partial(jnp.repeat, repeats=num_samples, axis=0)
+    cache, last_logits, num_prompt, prompt_tokens, prompt_valid = jax.tree.map(
+        tile, (cache, last_logits, num_prompt, prompt_tokens, prompt_valid))
+  rows = batch * num_samples
+  row_ids = jnp.arange(rows)
+  choose = functools.partial(_choose_tokens, rng=rng, row_ids=row_ids,
+                             temperature=temperature, top_p=top_p,
+                             greedy=greedy, use_top_p=use_top_p)
+
+  # Loop state: (step g, logits for token g, EOS seen before g, outputs,
+  # cache). Each iteration picks token g and, unless it was the last one,
+  # feeds it to get the logits of token g + 1.
+  state = (jnp.int32(0), last_logits, jnp.zeros((rows,), bool),
+           jnp.full((rows, new), pad_id, jnp.int32),
+           jnp.zeros((rows, new), jnp.float32), cache)
+
+  def cond(state):
+    step, _, done, *_ = state
+    return (step < new) & ~jnp.all(done)
+
+  def body(state):
+    step, logits, done, out_tokens, out_logp, cache = state
+    token, logp = choose(logits, step=step)
+    token = jnp.where(done, pad_id, token)
+    logp = jnp.where(done, 0.0, logp)
+    out_tokens = jax.lax.dynamic_update_slice(out_tokens, token[:, None],
+                                              (0, step))
+    out_logp = jax.lax.dynamic_update_slice(out_logp, logp[:, None],
+                                            (0, step))
+    logits, cache = model_lib.apply(
+        cfg, params, token[:, None], attention_mask=~done[:, None],
+        positions=(num_prompt + step)[:, None], cache=cache,
+        cache_index=prompt_len + step)
+    if eos_id is not None:
+      done = done | (token == eos_id)
+    return (step + 1, logits[:, 0], done, out_tokens,
+            out_logp, cache)
+
+  _, _, _, out_tokens, out_logp, _ = jax.lax.while_loop(cond, body, state)
+
+  # Response tokens run up to and including the first EOS (robust to
+  # pad_id == eos_id).
+  if eos_id is None:
+    is_eos = jnp.zeros(out_tokens.shape, bool)
+  else:
+    is_eos = out_tokens == eos_id
+  has_eos = jnp.any(is_eos, axis=-1)
+  first_eos = jnp.where(has_eos, jnp.argmax(is_eos, axis=-1), new)
+  response_valid = jnp.arange(new)[None, :] <= first_eos[:, None]
+  lengths = jnp.sum(response_valid, axis=-1, dtype=jnp.int32)
+
+  zeros_prompt = jnp.zeros((rows, prompt_len), jnp.int32)
+  tokens = jnp.concatenate([prompt_tokens.astype(jnp.int32), out_tokens], 1)
+  response_mask = jnp.concatenate(
+      [zeros_prompt, response_valid.astype(jnp.int32)], axis=1)
+  attention_mask = jnp.concatenate(
+      [prompt_valid.astype(jnp.int32), response_valid.astype(jnp.int32)], 1)
+  logprobs = jnp.concatenate(
+      [jnp.zeros((rows, prompt_len), jnp.float32),
+       jnp.where(response_valid, out_logp, 0.0)], axis=1)
+  step_ids = step_ids_from_tokens(tokens, response_mask, delimiter_mask)
+  return SampleOutput(tokens=tokens, attention_mask=attention_mask,
+                      response_mask=response_mask, logprobs=logprobs,
+                      step_ids=step_ids, lengths=lengths, truncated=~has_eos)
+
+
+def _concrete(x) -> Optional[np.ndarray]:
+  """x as numpy if it is a concrete value, else None (inside a trace)."""
+  if isinstance(x, jax.core.Tracer):
+    return None
+  return np.asarray(x)
+
+
+def _check_token_id(name, value, vocab_size):
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise ValueError(f"{name} must be an int token id, got {value!r}.")
+  if not 0 <= value < vocab_size:
+    raise ValueError(f"{name}={value} is outside the vocabulary "
+                     f"[0, {vocab_size}).")
+
+
+def sample(cfg: config_lib.ModelConfig, params: Any, prompt_tokens,
+           prompt_mask, rng: Array, *, max_new_tokens: int,
+           temperature: float = 1.0, top_p: float = 1.0,
+           eos_id: Optional[int],
+           pad_id: int, delimiter_mask=None,
+           num_samples: int = 1) -> SampleOutput:
+  """Samples continuations of left-padded prompts.
+
+  Args:
+    cfg: model configuration (static).
+    params: parameters with an "lm" head.
+    prompt_tokens: [B, P] int token ids, left-padded.
+    prompt_mask: [B, P], 1 on real prompt tokens (a suffix of each row).
+    rng: PRNG key (unused for greedy decoding).
+    max_new_tokens: G, response slots.
+    temperature: 0 for greedy decoding, else the softmax temperature.
+    top_p: nucleus mass in (0, 1]; 1 disables the filter.
+    eos_id: ends a row (included in the response). None: rows never end
+      early (always G tokens, all marked truncated).
+    pad_id: written after EOS.
+    delimiter_mask: optional bool [V], True on tokens that end a reasoning
+      step (e.g. newline). None: one step per response.
+    num_samples: n continuations per prompt; rows are prompt-major.
+
+  Returns:
+    `SampleOutput` with [B * n, P + G] arrays. Changing temperature or top_p
+    between calls does not recompile (only switching greedy <-> sampled or
+    top_p == 1 <-> top_p < 1 does).
+  """
+  prompt_tokens = jnp.asarray(prompt_tokens)
+  prompt_mask = jnp.asarray(prompt_mask)
+  if prompt_tokens.ndim != 2 or prompt_tokens.shape[1] == 0:
+    raise ValueError(f"prompt_tokens must be [B, P] with P > 0, got shape "
+                     f"{prompt_tokens.shape}.")
+  if not jnp.issubdtype(prompt_tokens.dtype, jnp.integer):
+    raise ValueError(f"prompt_tokens must be integer ids, got dtype "
+                     f"{prompt_tokens.dtype}.")
+  if prompt_mask.shape != prompt_tokens.shape:
+    raise ValueError(f"prompt_mask shape {prompt_mask.shape} differs from "
+                     f"prompt_tokens shape {prompt_tokens.shape}.")
+  mask_np = _concrete(prompt_mask)
+  if mask_np is not None and np.any(np.diff(mask_np.astype(np.int32), axis=1)
+                                    < 0):
+    bad = int(np.nonzero(np.any(np.diff(mask_np.astype(np.int32), axis=1) < 0,
+                                axis=1))[0][0])
+    raise ValueError(f"prompt_mask row {bad} is not left-padded (a real token "
+                     "is followed by padding); pad prompts on the left.")
+  if (isinstance(max_new_tokens, bool) or
+      not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1):
+    raise ValueError(f"max_new_tokens must be an int >= 1, got "
+                     f"{max_new_tokens!r}.")
+  total = prompt_tokens.shape[1] + max_new_tokens
+  if total > cfg.max_position_embeddings:
+    raise ValueError(
+        f"prompt length {prompt_tokens.shape[1]} + max_new_tokens "
+        f"{max_new_tokens} = {total} exceeds the model context "
+        f"(max_position_embeddings={cfg.max_position_embeddings}).")
+  if not (isinstance(num_samples, (int, np.integer)) and num_samples >= 1):
+    raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}.")
+  if not float(temperature) >= 0:
+    raise ValueError(f"temperature must be >= 0, got {temperature!r}.")
+  if not 0 < float(top_p) <= 1:
+    raise ValueError(f"top_p must be in (0, 1], got {top_p!r}.")
+  if eos_id is not None:
+    _check_token_id("eos_id", eos_id, cfg.vocab_size)
+    eos_id = int(eos_id)
+  _check_token_id("pad_id", pad_id, cfg.vocab_size)
+  if delimiter_mask is None:
+    delimiter_mask = jnp.zeros((cfg.vocab_size,), bool)
+  delimiter_mask = jnp.asarray(delimiter_mask)
+  if delimiter_mask.shape != (cfg.vocab_size,):
+    raise ValueError(f"delimiter_mask must have shape ({cfg.vocab_size},), "
+                     f"got {delimiter_mask.shape}.")
+  greedy = float(temperature) == 0.0
+  return _jit_sample(
+      params, prompt_tokens, prompt_mask, rng,
+      jnp.float32(1.0 if greedy else temperature), jnp.float32(top_p),
+      delimiter_mask.astype(bool), cfg=cfg, max_new_tokens=int(max_new_tokens),
+      num_samples=int(num_samples), eos_id=eos_id, pad_id=int(pad_id),
+      greedy=greedy, use_top_p=(not greedy) and float(top_p) < 1.0)

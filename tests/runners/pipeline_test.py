@@ -1,0 +1,151 @@
+"""End-to-end runs of the pipeline at `test` size: workdir contract, resume."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from rl_rewards import config_lib
+from rl_rewards import metrics as metrics_lib
+from rl_rewards.runners import pipeline
+from rl_rewards import checkpoints
+from rl_rewards import cli
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+
+
+def _load_config(spec: str):
+  path, _, arg = spec.partition(":")
+  return cli.load_config_file(os.path.join(ROOT, path) + (
+      f":{arg}" if arg else ""))
+
+
+def _final_params(workdir: str, stage: str):
+  """The parameters of a stage's latest checkpoint, as numpy arrays."""
+  ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints", stage))
+  restored = ckpt.restore_raw()
+  ckpt.close()
+  return restored["params"]
+
+
+def _config(**overrides):
+  config = _load_config("configs/default.py:size=test")
+  config.rl.steps = 4
+  config.rl.checkpoint_every_steps = 2
+  config.sft.checkpoint_every_steps = 2
+  for key, value in overrides.items():
+    section, name = key.split(".")
+    config[section][name] = value
+  return config
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("uninterrupted"))
+  summary = pipeline.run(_config(), workdir)
+  return workdir, summary
+
+
+def test_workdir_contract(uninterrupted):
+  workdir, summary = uninterrupted
+  for name in ("config.json", "metrics.jsonl", "summary.json"):
+    assert os.path.exists(os.path.join(workdir, name)), name
+  assert os.path.isdir(os.path.join(workdir, "checkpoints", "sft"))
+  on_disk = metrics_lib.read_json(os.path.join(workdir, "summary.json"))
+  assert set(on_disk["stages"]) == {"sft", "rl"}
+  for stage in ("sft", "rl"):
+    assert 0.0 <= on_disk["stages"][stage]["eval/accuracy"] <= 1.0
+  assert on_disk["wall_time_s"] > 0
+  assert summary["stages"]["rl"]["rl/steps"] == 4
+  records = metrics_lib.read_metrics(workdir)
+  rl_steps = sorted({r["step"] for r in records
+                     if r["stage"] == "rl" and "train/loss" in r})
+  assert rl_steps == [1, 2, 3, 4]
+  for r in records:
+    if r["stage"] == "rl" and "train/loss" in r:
+      for key in ("train/reward_mean", "perf/tokens_per_sec", "time/update_s"):
+        assert key in r, key
+  config = json.load(open(os.path.join(workdir, "config.json")))
+  assert config["rl"]["steps"] == 4
+
+
+def test_rerun_reuses_finished_stages(uninterrupted):
+  workdir, summary = uninterrupted
+  again = pipeline.run(_config(), workdir)
+  assert again["stages"] == json.loads(json.dumps(summary["stages"]))
+
+
+class _Crash(Exception):
+  pass
+
+
+def _crash_when(monkeypatch, stage, step):
+  original = metrics_lib.MetricsWriter.write
+
+  def write(self, s, st, values):
+    if s == stage and st == step and "train/loss" in values:
+      raise _Crash(f"simulated kill at {stage} step {step}")
+    return original(self, s, st, values)
+
+  monkeypatch.setattr(metrics_lib.MetricsWriter, "write", write)
+
+
+def _train_records(workdir):
+  out = {}
+  for r in metrics_lib.read_metrics(workdir):
+    if "train/loss" in r:
+      out[(r["stage"], r["step"])] = {
+          k: v for k, v in r.items()
+          if k.startswith("train/") or k.startswith("eval/")}
+  return out
+
+
+@pytest.mark.parametrize("stage,step", [("sft", 3), ("rl", 3)])
+def test_resume_after_kill_is_exact(uninterrupted, tmp_path, monkeypatch,
+                                    stage, step):
+  reference_dir, _ = uninterrupted
+  workdir = str(tmp_path / "interrupted")
+  with monkeypatch.context() as patch:
+    _crash_when(patch, stage, step)
+    with pytest.raises(_Crash):
+      pipeline.run(_config(), workdir)
+  assert not os.path.exists(os.path.join(workdir, "summary.json"))
+  pipeline.run(_config(), workdir)
+
+  assert _train_records(workdir) == _train_records(reference_dir)
+  ref = _final_params(reference_dir, "rl")
+  got = _final_params(workdir, "rl")
+  for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(got)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_extending_a_finished_run_continues_it(uninterrupted, tmp_path):
+  workdir = str(tmp_path / "extended")
+  pipeline.run(_config(**{"rl.steps": 2}), workdir)
+  summary = pipeline.run(_config(), workdir)
+  assert summary["stages"]["rl"]["rl/steps"] == 4
+  reference_dir, _ = uninterrupted
+  ref = _final_params(reference_dir, "rl")
+  got = _final_params(workdir, "rl")
+  for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(got)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_resuming_with_a_different_config_is_refused(uninterrupted):
+  workdir, _ = uninterrupted
+  with pytest.raises(config_lib.ConfigError, match="rl.learning_rate"):
+    pipeline.run(_config(**{"rl.learning_rate": 1.0}), workdir)
+
+
+def test_prompt_longer_than_context_is_rejected(tmp_path):
+  config = _config(**{"task.max_prompt_len": 8})
+  with pytest.raises(ValueError, match="more than max_prompt_len=8"):
+    pipeline.run(config, str(tmp_path / "long"))
+
+
+def test_batch_not_dividing_the_mesh_is_rejected(tmp_path):
+  config = _config(**{"mesh.data": 8, "sft.batch_size": 12})
+  with pytest.raises(ValueError, match="not divisible by the 8-way"):
+    pipeline.run(config, str(tmp_path / "mesh"))
