@@ -40,6 +40,8 @@ def kl_divergence(logprobs, ref_logprobs, *, estimator: str = "k1"):
     [B, T] KL estimates (mask them downstream).
   """
   fn = "kl_divergence"
+  if not isinstance(estimator, str):
+    raise ValueError(f"{fn}: `estimator` must be a string, got {estimator!r}.")
   straight_through = estimator.endswith("+")
   base = estimator[:-1] if straight_through else estimator
   _checks.check_choice(base, tuple(_KL_ALIASES), "estimator", fn)

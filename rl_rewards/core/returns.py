@@ -116,12 +116,19 @@ def discounted_returns(rewards, mask, *, gamma=1.0) -> jnp.ndarray:
     [B, T] returns, 0 on invalid tokens.
   """
   rewards, mask, _ = _prepare_tokens(rewards, mask, "discounted_returns")
-  x = jnp.where(mask, rewards, 0)
-  gamma = jnp.asarray(gamma, x.dtype)
-  y = jax.lax.cond(rows_are_contiguous(mask),
-                   lambda: _discounted_sum_contiguous(x, gamma),
-                   lambda: _masked_recurrence_scan(x, mask, gamma))
-  return jnp.where(mask, y, 0)
+  gamma = jnp.asarray(gamma, rewards.dtype)
+
+  def contiguous(rewards, mask):
+    x = jnp.where(mask, rewards, 0)
+    return jnp.where(mask, _discounted_sum_contiguous(x, gamma), 0)
+
+  def general(rewards, mask):
+    x = jnp.where(mask, rewards, 0)
+    return jnp.where(mask, _masked_recurrence_scan(x, mask, gamma), 0)
+
+  # Masking happens inside the branches so that it fuses with their work.
+  return jax.lax.cond(rows_are_contiguous(mask), contiguous, general,
+                      rewards, mask)
 
 
 def _gae_scan(rewards, values, mask, gamma, lam):
@@ -174,14 +181,19 @@ def gae(rewards, values, mask, *, gamma, lam):
   rewards, mask, values = _prepare_tokens(rewards, mask, "gae", values)
   gamma = jnp.asarray(gamma, rewards.dtype)
   lam = jnp.asarray(lam, rewards.dtype)
-  rewards = jnp.where(mask, rewards, 0)
-  values = jnp.where(mask, values, 0)
-  adv = jax.lax.cond(
-      rows_are_contiguous(mask),
-      lambda: _gae_contiguous(rewards, values, mask, gamma, lam),
-      lambda: _gae_scan(rewards, values, mask, gamma, lam))
-  adv = jnp.where(mask, adv, 0)
-  return adv, jnp.where(mask, adv + values, 0)
+
+  def branch(advantage_fn):
+    def fn(rewards, values, mask):
+      rewards = jnp.where(mask, rewards, 0)
+      values = jnp.where(mask, values, 0)
+      adv = jnp.where(mask, advantage_fn(rewards, values, mask, gamma, lam),
+                      0)
+      return adv, jnp.where(mask, adv + values, 0)
+    return fn
+
+  # Masking happens inside the branches so that it fuses with their work.
+  return jax.lax.cond(rows_are_contiguous(mask), branch(_gae_contiguous),
+                      branch(_gae_scan), rewards, values, mask)
 
 
 def _prepare_steps(step_rewards, step_mask, fn):
