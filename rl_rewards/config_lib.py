@@ -123,6 +123,20 @@ def base_config():
       checkpoint_every_steps=25,
   ))
 
+  # Monte-Carlo step labels from prover rollouts (stage "labels").
+  c.labels = ml_collections.ConfigDict(dict(
+      init_from="",            # Workdir whose finished labels to reuse.
+  ))
+
+  # PRM / PAV / implicit-PRM training (stage "prm").
+  c.prm = ml_collections.ConfigDict(dict(
+      init_from="",            # Workdir whose trained PRM to reuse.
+  ))
+
+  # PRM evaluation: ProcessBench-style F1, AUROC, Best-of-N (stage "prm_eval").
+  c.prm_eval = ml_collections.ConfigDict(dict(
+  ))
+
   c.eval = ml_collections.ConfigDict(dict(
       size_per_k=200,          # Held-out problems per number of ops.
       batch_size=512,
@@ -134,7 +148,7 @@ def base_config():
   return c
 
 
-_KNOWN_STAGES = ("sft", "rl")
+_KNOWN_STAGES = ("sft", "labels", "prm", "prm_eval", "rl")
 _ESTIMATORS = ("grpo", "drgrpo", "rloo")
 _LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
              "seq-mean-token-sum-norm")
@@ -173,6 +187,11 @@ def _check_keys(config, reference, prefix=""):
 def stage_names(config):
   """The ordered list of stages a config runs."""
   return [s.strip() for s in config.stages.split(",") if s.strip()]
+
+
+def _validate_prm(config):
+  """Checks the `labels`, `prm` and `prm_eval` sections."""
+  del config
 
 
 def validate(config):
@@ -225,6 +244,7 @@ def validate(config):
            f"must be one of {_KL}.")
   _require(rl.clip_c == 0 or rl.clip_c > 1, "rl.clip_c",
            "the dual-clip constant must be > 1 (or 0 to disable).")
+  _validate_prm(config)
   _require(config.eval.size_per_k > 0, "eval.size_per_k", "must be > 0.")
   _require(config.eval.pass_n >= 1, "eval.pass_n", "must be >= 1.")
   return config

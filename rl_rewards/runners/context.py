@@ -59,6 +59,12 @@ def param_shardings(model_config, mesh, heads=("lm",)):
   return mesh_lib.logical_to_shardings(logical, mesh, axes.DEFAULT_RULES)
 
 
+def place_params(ctx: RunContext, params, heads=("lm",)):
+  """Host or device parameters -> on the mesh with their shardings."""
+  return jax.device_put(params,
+                        param_shardings(ctx.model_config, ctx.mesh, heads))
+
+
 def state_shardings(params, model_config, mesh, tx, heads=("lm",)):
   """Shardings of a `TrainState`: optimizer moments follow their params.
 

@@ -11,11 +11,14 @@ the train split, or a fixed set of `dataset_size` problems reshuffled every
 epoch), so a resumed run sees exactly the batches an uninterrupted one would.
 """
 
+import os
 import time
 
 import jax
 import numpy as np
 
+from rl_rewards import checkpoints
+from rl_rewards import config_lib
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import models
 from rl_rewards.runners import context as context_lib
@@ -56,6 +59,23 @@ def make_tx(sft_config):
       grad_clip=sft_config.grad_clip)
 
 
+def load_finished(ctx, workdir: str):
+  """The policy and summary of a finished SFT stage in another workdir."""
+  ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints", STAGE))
+  done = ckpt.done_info()
+  if done is None:
+    ckpt.close()
+    raise config_lib.ConfigError(
+        f"config.sft.init_from: {workdir} has no finished SFT stage "
+        f"(no {STAGE} checkpoint marked done).")
+  state = ckpt.restore_raw(done["step"])
+  ckpt.close()
+  params = context_lib.place_params(ctx, state["params"])
+  print(f"[sft] reusing the finished SFT policy of {workdir} "
+        f"(step {done['step']})")
+  return params, dict(done["summary"], **{"sft/init_from": workdir})
+
+
 def run(ctx, params=None):
   """Runs (or resumes, or reuses) the SFT stage.
 
@@ -67,6 +87,8 @@ def run(ctx, params=None):
     (policy params, stage summary dict).
   """
   cfg = ctx.config.sft
+  if cfg.init_from:
+    return load_finished(ctx, cfg.init_from)
   mesh_lib.check_batch_divides(cfg.batch_size, ctx.mesh, "config.sft")
   tx = make_tx(cfg)
   if params is None:
