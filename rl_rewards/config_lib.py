@@ -88,7 +88,7 @@ def base_config():
       max_steps=3000,          # Hard cap on SFT steps.
       max_seconds=420.0,       # Wall-clock cap (compute time, evals excluded).
       target_accuracy=0.40,    # Stop at the first gate eval reaching this.
-      gate_every_steps=100,    # Quick greedy eval every this many steps.
+      gate_every_steps=50,     # Quick greedy eval every this many steps.
       gate_eval_size=200,      # Problems in the quick gate eval.
       dataset_size=0,          # 0: fresh problems every step; else a fixed set.
       init_from="",            # Workdir whose finished SFT stage to reuse.
@@ -103,7 +103,7 @@ def base_config():
       group_size=8,            # Samples per prompt (n).
       temperature=1.0,
       top_p=1.0,
-      learning_rate=2e-4,
+      learning_rate=5e-5,
       warmup_steps=0,
       weight_decay=0.0,
       b2=0.99,

@@ -1,24 +1,26 @@
 """Hugging Face checkpoint I/O for Qwen2 / Llama decoders (safetensors only).
 
-    cfg, params = load_hf("/path/to/Qwen2.5-0.5B")       # config.json + weights
-    save_hf("/tmp/out", cfg, params)                     # readable by transformers
+    cfg, params = load_hf("/path/to/Qwen2.5-0.5B")  # config.json + weights
+    save_hf("/tmp/out", cfg, params)                # readable by transformers
 
 Weights are read with `safetensors` one tensor at a time (never pickle), from
-`model.safetensors` or from the shards listed in `model.safetensors.index.json`.
-Tensor names and layouts (HF `nn.Linear.weight` is [out, in]):
+`model.safetensors` or from the shards listed in
+`model.safetensors.index.json`. Tensor names and layouts (HF
+`nn.Linear.weight` is [out, in]); `P` = `model.layers.{i}.`, ours under
+`layers_{i}`:
 
-  model.embed_tokens.weight [V, D]                  -> embed [V, D]
-  model.layers.{i}.self_attn.q_proj.weight [H*Dh, D] -> layers_{i}.attention.q_kernel [D, H, Dh]
-  model.layers.{i}.self_attn.{k,v}_proj.weight       -> {k,v}_kernel [D, KVH, Dh]
-  model.layers.{i}.self_attn.{q,k,v}_proj.bias       -> {q,k,v}_bias [N, Dh]
-  model.layers.{i}.self_attn.o_proj.weight [D, H*Dh] -> o_kernel [H, Dh, D]
-  model.layers.{i}.mlp.{gate,up}_proj.weight [F, D]  -> mlp.{gate,up}_kernel [D, F]
-  model.layers.{i}.mlp.down_proj.weight [D, F]       -> mlp.down_kernel [F, D]
-  model.layers.{i}.input_layernorm.weight            -> input_norm.scale
-  model.layers.{i}.post_attention_layernorm.weight   -> post_attention_norm.scale
-  model.norm.weight                                  -> final_norm.scale
-  lm_head.weight [V, D]                              -> lm_head [D, V] (untied only)
-  score.weight [1, D], score.bias [1]                -> score_kernel, score_bias
+  model.embed_tokens.weight [V, D]       -> embed [V, D]
+  P self_attn.q_proj.weight [H*Dh, D]    -> attention.q_kernel [D, H, Dh]
+  P self_attn.{k,v}_proj.weight          -> attention.{k,v}_kernel [D, KVH, Dh]
+  P self_attn.{q,k,v}_proj.bias [N*Dh]   -> attention.{q,k,v}_bias [N, Dh]
+  P self_attn.o_proj.weight [D, H*Dh]    -> attention.o_kernel [H, Dh, D]
+  P mlp.{gate,up}_proj.weight [F, D]     -> mlp.{gate,up}_kernel [D, F]
+  P mlp.down_proj.weight [D, F]          -> mlp.down_kernel [F, D]
+  P input_layernorm.weight               -> input_norm.scale
+  P post_attention_layernorm.weight      -> post_attention_norm.scale
+  model.norm.weight                      -> final_norm.scale
+  lm_head.weight [V, D]                  -> lm_head [D, V] (untied only)
+  score.weight [1, D], score.bias [1]    -> score_kernel, score_bias
 
 The `score.*` tensors are this package's own extension for value models and
 PRMs (loaded when present, written when the params have a score head).

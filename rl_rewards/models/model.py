@@ -35,9 +35,11 @@ Params = Any
 class KVCache(NamedTuple):
   """Per-layer keys and values of the tokens seen so far.
 
+  The layouts make both attention products plain batched matmuls over the
+  stored cache (no per-step transposes of the cache).
+
   Attributes:
-    k: tuple of `num_layers` arrays [B, KVH, S, Dh] (activation dtype;
-      heads-major so that decoding reads each head's keys contiguously).
+    k: tuple of `num_layers` arrays [B, KVH, Dh, S] (activation dtype).
     v: tuple of `num_layers` arrays [B, KVH, S, Dh].
     key_mask: [B, S] bool, True on slots that hold a real (non-pad) token.
   """
@@ -173,12 +175,13 @@ def init_cache(cfg: config_lib.ModelConfig, batch_size: int,
   if batch_size <= 0 or max_len <= 0:
     raise ValueError(f"init_cache needs batch_size > 0 and max_len > 0, got "
                      f"{batch_size} and {max_len}.")
-  shape = (batch_size, cfg.num_kv_heads, max_len, cfg.head_dim)
   dtype = jnp.dtype(cfg.dtype)
-  zeros = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
-  return KVCache(k=zeros, v=tuple(jnp.zeros(shape, dtype)
-                                  for _ in range(cfg.num_layers)),
-                 key_mask=jnp.zeros((batch_size, max_len), bool))
+  k_shape = (batch_size, cfg.num_kv_heads, cfg.head_dim, max_len)
+  v_shape = (batch_size, cfg.num_kv_heads, max_len, cfg.head_dim)
+  return KVCache(
+      k=tuple(jnp.zeros(k_shape, dtype) for _ in range(cfg.num_layers)),
+      v=tuple(jnp.zeros(v_shape, dtype) for _ in range(cfg.num_layers)),
+      key_mask=jnp.zeros((batch_size, max_len), bool))
 
 
 def default_positions(attention_mask: Array) -> Array:
@@ -206,7 +209,8 @@ def apply(cfg: config_lib.ModelConfig, params: Params, tokens: Array, *,
           positions: Optional[Array] = None,
           cache: Optional[KVCache] = None,
           cache_index=None,
-          head: str = "lm") -> Tuple[Array, Optional[KVCache]]:
+          head: str = "lm",
+          last_only: bool = False) -> Tuple[Array, Optional[KVCache]]:
   """Runs the decoder on tokens [B, T].
 
   Args:
@@ -223,6 +227,8 @@ def apply(cfg: config_lib.ModelConfig, params: Params, tokens: Array, *,
     cache_index: first slot for the tokens (int or int32 scalar; required
       with a cache). Every index value reuses the same compiled function.
     head: "lm" -> logits [B, T, V]; "score" -> scores [B, T]. Both float32.
+    last_only: apply the head to the last token only (out is [B, 1, V] or
+      [B, 1]); what a sampler needs after a prefill.
 
   Returns:
     (out, new_cache); new_cache is None without a cache.
@@ -243,7 +249,7 @@ def apply(cfg: config_lib.ModelConfig, params: Params, tokens: Array, *,
     if cache_index is not None:
       raise ValueError("cache_index was given without a cache.")
     return _jit_forward(cfg, head, params, tokens, attention_mask,
-                        positions), None
+                        positions, bool(last_only)), None
 
   if cache_index is None:
     raise ValueError("apply with a cache needs cache_index.")
@@ -260,11 +266,12 @@ def apply(cfg: config_lib.ModelConfig, params: Params, tokens: Array, *,
   # Always traced, so that every index reuses one compiled function.
   cache_index = jnp.asarray(cache_index, jnp.int32)
   return _jit_cached_forward(cfg, head, params, tokens, attention_mask,
-                             positions, cache, cache_index)
+                             positions, cache, cache_index, bool(last_only))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _jit_forward(cfg, head, params, tokens, attention_mask, positions):
+@functools.partial(jax.jit, static_argnums=(0, 1, 6))
+def _jit_forward(cfg, head, params, tokens, attention_mask, positions,
+                 last_only=False):
   """Full causal forward pass without a cache."""
   valid = attention_mask.astype(bool)
   if positions is None:
@@ -272,14 +279,17 @@ def _jit_forward(cfg, head, params, tokens, attention_mask, positions):
   slot = jnp.arange(tokens.shape[1])
   allowed = (slot[None, :] <= slot[:, None])[None] & valid[:, None, :]
   out, _ = _module(cfg, (head,)).apply({"params": params}, tokens, positions,
-                                       allowed, None, 0, head)
+                                       allowed, None, 0, head, last_only)
   return out
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
+@functools.partial(jax.jit, static_argnums=(0, 1, 8))
 def _jit_cached_forward(cfg, head, params, tokens, attention_mask, positions,
-                        cache, cache_index):
-  """Forward pass of new tokens written into the cache at cache_index."""
+                        cache, cache_index, last_only=False):
+  """Forward pass of new tokens written into the cache at cache_index.
+
+  With `last_only`, the head is applied to the last token only ([B, 1, ...]).
+  """
   valid = attention_mask.astype(bool)
   length, max_len = tokens.shape[1], cache.max_len
   slot = jnp.arange(max_len)
@@ -294,7 +304,7 @@ def _jit_cached_forward(cfg, head, params, tokens, attention_mask, positions,
              key_mask[:, None, :])
   out, (new_k, new_v) = _module(cfg, (head,)).apply(
       {"params": params}, tokens, positions, allowed, (cache.k, cache.v),
-      cache_index, head)
+      cache_index, head, last_only)
   return out, KVCache(k=new_k, v=new_v, key_mask=key_mask)
 
 

@@ -15,7 +15,8 @@ attention scale 1/sqrt(Dh) and RoPE in the "rotate_half" convention
 (the two halves of each head are the real and imaginary parts).
 
 Shapes: tokens [B, T]; activations [B, T, D]; queries [B, T, H, Dh]; keys and
-values [B, KVH, S, Dh] where S is the number of key slots (T without a cache).
+values in the cache layouts [B, KVH, Dh, S] and [B, KVH, S, Dh], where S is
+the number of key slots (T without a cache).
 Every parameter carries logical axis names from `rl_rewards.sharding.axes`.
 """
 
@@ -154,15 +155,17 @@ class Attention(nn.Module):
   cfg: config_lib.ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, allowed, layer_cache, cache_index):
+  def __call__(self, x, positions, mask_bias, layer_cache, cache_index):
     """Attention of the new tokens over all allowed key slots.
 
     Args:
       x: [B, T, D] normalised activations.
       positions: [B, T] RoPE position ids.
-      allowed: [B, T, S] bool, whether query t may attend to key slot s.
-      layer_cache: None, or (k, v) each [B, KVH, S_max, Dh]: the new keys
-        and values are written at slots [cache_index, cache_index + T).
+      mask_bias: [B, 1, 1, T, S] float32, 0 where query t may attend to key
+        slot s and a large negative number elsewhere.
+      layer_cache: None, or (k [B, KVH, Dh, S_max], v [B, KVH, S_max, Dh]):
+        the new keys and values are written at slots
+        [cache_index, cache_index + T).
       cache_index: int or int32 scalar, first slot of the new tokens.
 
     Returns:
@@ -170,7 +173,8 @@ class Attention(nn.Module):
     """
     cfg = self.cfg
     dtype = jnp.dtype(cfg.dtype)
-    d, h, kvh, dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    d, h = cfg.hidden_size, cfg.num_heads
+    kvh, dh = cfg.num_kv_heads, cfg.head_dim
 
     def projection(name, num_heads, head_axis):
       kernel = self.param(
@@ -196,31 +200,35 @@ class Attention(nn.Module):
                    axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_KV_HEADS, None)
     v = _constrain(v, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_KV_HEADS, None)
 
-    # Heads-major [B, KVH, S, Dh] keeps the attention dots free of transposes
-    # of the (large) key/value cache.
-    k = jnp.swapaxes(k, 1, 2)
+    # Cache layouts: keys [B, KVH, Dh, S], values [B, KVH, S, Dh]. Both
+    # attention products are then plain batched matmuls whose large operand
+    # (the cache) is read in its stored layout, without transposes.
+    k = k.transpose(0, 2, 3, 1)
     v = jnp.swapaxes(v, 1, 2)
     new_cache = None
     if layer_cache is not None:
       cache_k, cache_v = layer_cache
-      start = (0, 0, cache_index, 0)
-      cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype),
-                                             start)
-      cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype),
-                                             start)
+      cache_k = jax.lax.dynamic_update_slice(
+          cache_k, k.astype(cache_k.dtype), (0, 0, 0, cache_index))
+      cache_v = jax.lax.dynamic_update_slice(
+          cache_v, v.astype(cache_v.dtype), (0, 0, cache_index, 0))
       new_cache = (cache_k, cache_v)
       k, v = cache_k, cache_v
 
     batch, length = x.shape[:2]
     groups = cfg.num_query_groups
-    # Query head n uses key/value head n // groups (HF repeat_kv).
+    # Query head n uses key/value head n // groups (HF repeat_kv). The G query
+    # heads of a key/value head and the T tokens form one matmul dimension.
     q = q.reshape(batch, length, kvh, groups, dh).transpose(0, 2, 3, 1, 4)
-    scores = jnp.einsum("bkgtd,bksd->bkgts", q, k.astype(dtype))
+    q = q.reshape(batch, kvh, groups * length, dh)
+    scores = jnp.einsum("bkmd,bkds->bkms", q, k.astype(dtype))
     scores = scores.astype(jnp.float32) * (dh ** -0.5)
-    scores = jnp.where(allowed[:, None, None], scores, _MASKED_SCORE)
+    scores = scores.reshape(batch, kvh, groups, length, -1) + mask_bias
     weights = jax.nn.softmax(scores, axis=-1).astype(dtype)
-    out = jnp.einsum("bkgts,bksd->btkgd", weights, v.astype(dtype))
-    out = out.reshape(batch, length, h, dh)
+    weights = weights.reshape(batch, kvh, groups * length, -1)
+    out = jnp.einsum("bkms,bksd->bkmd", weights, v.astype(dtype))
+    out = out.reshape(batch, kvh, groups, length, dh)
+    out = out.transpose(0, 3, 1, 2, 4).reshape(batch, length, h, dh)
 
     o_kernel = self.param(
         "o_kernel",
@@ -258,12 +266,12 @@ class Block(nn.Module):
   cfg: config_lib.ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, allowed, layer_cache, cache_index):
+  def __call__(self, x, positions, mask_bias, layer_cache, cache_index):
     cfg = self.cfg
     dtype = jnp.dtype(cfg.dtype)
     attn_out, new_cache = Attention(cfg, name="attention")(
         RMSNorm(cfg.rms_norm_eps, dtype, name="input_norm")(x), positions,
-        allowed, layer_cache, cache_index)
+        mask_bias, layer_cache, cache_index)
     x = x + attn_out
     x = x + MLP(cfg, name="mlp")(
         RMSNorm(cfg.rms_norm_eps, dtype, name="post_attention_norm")(x))
@@ -305,14 +313,18 @@ class Decoder(nn.Module):
           (1,), jnp.float32)
 
   def hidden_states(self, tokens, positions, allowed, cache, cache_index):
-    """Final-normed hidden states [B, T, D] and the updated per-layer cache."""
+    """Final-normed hidden states [B, T, D] and the updated per-layer cache.
+
+    `allowed` [B, T, S] says which key slots each token may attend to.
+    """
     dtype = jnp.dtype(self.cfg.dtype)
+    mask_bias = jnp.where(allowed, 0.0, _MASKED_SCORE)[:, None, None]
     x = jnp.take(self.embedding, tokens, axis=0).astype(dtype)
     x = _constrain(x, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)
     new_cache = []
     for i, block in enumerate(self.blocks):
       layer_cache = None if cache is None else (cache[0][i], cache[1][i])
-      x, layer_new = block(x, positions, allowed, layer_cache, cache_index)
+      x, layer_new = block(x, positions, mask_bias, layer_cache, cache_index)
       new_cache.append(layer_new)
     if cache is not None:
       new_cache = (tuple(c[0] for c in new_cache),
@@ -339,9 +351,12 @@ class Decoder(nn.Module):
                      f"{config_lib.HEAD_NAMES}.")
 
   def __call__(self, tokens, positions, allowed, cache=None, cache_index=0,
-               head: Optional[str] = "lm"):
+               head: Optional[str] = "lm", last_only: bool = False):
+    """Head output [B, T, ...] (or [B, 1, ...] for the last token only)."""
     x, new_cache = self.hidden_states(tokens, positions, allowed, cache,
                                       cache_index)
+    if last_only:
+      x = x[:, -1:]
     return self.head_output(x, head), new_cache
 
   def init_all_heads(self, tokens, positions, allowed):

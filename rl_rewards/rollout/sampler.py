@@ -15,7 +15,7 @@ prompt: a prefix is just a longer prompt.
 Output arrays are [B * n, P + G] with G = max_new_tokens: prompt slots first,
 then the response slots. A row is done after its first EOS; later slots hold
 `pad_id` and are masked out. Sampling randomness for row r at step g comes
-from fold_in(fold_in(rng, g), r), so a row's sample does not depend on the
+from fold_in(fold_in(rng, r), g), so a row's sample does not depend on the
 rest of the batch: `sample(prompts, num_samples=n)` equals
 `sample(repeat(prompts, n))`.
 """
@@ -86,9 +86,30 @@ def step_ids_from_tokens(tokens: Array, response_mask: Array,
   return jnp.where(valid, ids, -1).astype(jnp.int32)
 
 
-def _choose_tokens(logits, rng, step, row_ids, temperature, top_p, *, greedy,
-                   use_top_p):
-  """Next tokens [N] and their untempered log-probs [N] from logits [N, V]."""
+# Below this many noise values ([N, G, V]) the Gumbel noise of the whole
+# generation is drawn before the decoding loop (one vectorised draw instead of
+# one per step); above it, each step draws its own [N, V].
+_PRECOMPUTED_NOISE_LIMIT = 1 << 23
+
+
+def _gumbel_noise(rng, row_ids, steps, vocab_size):
+  """Gumbel noise [N, len(steps), V] for sampling by argmax(logits + noise).
+
+  The noise of row r at step g comes from fold_in(fold_in(rng, r), g) alone,
+  so it does not depend on the batch size or on when it is drawn.
+  """
+  def one(row, step):
+    key = jax.random.fold_in(jax.random.fold_in(rng, row), step)
+    return jax.random.gumbel(key, (vocab_size,), jnp.float32)
+  return jax.vmap(lambda r: jax.vmap(lambda g: one(r, g))(steps))(row_ids)
+
+
+def _choose_tokens(logits, noise, temperature, top_p, *, greedy, use_top_p):
+  """Next tokens [N] and their untempered log-probs [N] from logits [N, V].
+
+  Sampling is argmax(logits / temperature + Gumbel noise) (the Gumbel-max
+  trick, as in `jax.random.categorical`), after nucleus filtering.
+  """
   logp = jax.nn.log_softmax(logits, axis=-1)
   if greedy:
     tokens = jnp.argmax(logits, axis=-1)
@@ -96,9 +117,7 @@ def _choose_tokens(logits, rng, step, row_ids, temperature, top_p, *, greedy,
     scaled = logits / temperature
     if use_top_p:
       scaled = top_p_logits(scaled, top_p)
-    step_key = jax.random.fold_in(rng, step)
-    row_keys = jax.vmap(jax.random.fold_in, (None, 0))(step_key, row_ids)
-    tokens = jax.vmap(jax.random.categorical)(row_keys, scaled)
+    tokens = jnp.argmax(scaled + noise, axis=-1)
   tokens = tokens.astype(jnp.int32)
   return tokens, jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
 
@@ -116,8 +135,8 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
   cache = model_lib.init_cache(cfg, batch, prompt_len + new)
   prefill_logits, cache = model_lib.apply(
       cfg, params, prompt_tokens, attention_mask=prompt_valid, cache=cache,
-      cache_index=0)
-  last_logits = prefill_logits[:, -1]
+      cache_index=0, last_only=True)
+  last_logits = prefill_logits[:, 0]
   num_prompt = jnp.sum(prompt_valid, axis=-1, dtype=jnp.int32)
   if num_samples > 1:
     tile = functools.partial(jnp.repeat, repeats=num_samples, axis=0)
@@ -125,13 +144,25 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
         tile, (cache, last_logits, num_prompt, prompt_tokens, prompt_valid))
   rows = batch * num_samples
   row_ids = jnp.arange(rows)
-  choose = functools.partial(_choose_tokens, rng=rng, row_ids=row_ids,
-                             temperature=temperature, top_p=top_p,
-                             greedy=greedy, use_top_p=use_top_p)
+  choose = functools.partial(_choose_tokens, temperature=temperature,
+                             top_p=top_p, greedy=greedy, use_top_p=use_top_p)
+  precompute = (not greedy and
+                rows * new * cfg.vocab_size <= _PRECOMPUTED_NOISE_LIMIT)
+  if precompute:
+    all_noise = _gumbel_noise(rng, row_ids, jnp.arange(new), cfg.vocab_size)
+
+  def noise_at(step):
+    if greedy:
+      return None
+    if precompute:
+      return jax.lax.dynamic_index_in_dim(all_noise, step, axis=1,
+                                          keepdims=False)
+    return _gumbel_noise(rng, row_ids, step[None], cfg.vocab_size)[:, 0]
 
   # Loop state: (step g, logits for token g, EOS seen before g, outputs,
-  # cache). Each iteration picks token g and, unless it was the last one,
-  # feeds it to get the logits of token g + 1.
+  # cache). Each iteration picks token g and feeds it to get the logits of
+  # token g + 1 (the last iteration's feed is unused: one extra step of
+  # compute instead of a second copy of the sampling code).
   state = (jnp.int32(0), last_logits, jnp.zeros((rows,), bool),
            jnp.full((rows, new), pad_id, jnp.int32),
            jnp.zeros((rows, new), jnp.float32), cache)
@@ -142,7 +173,7 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
 
   def body(state):
     step, logits, done, out_tokens, out_logp, cache = state
-    token, logp = choose(logits, step=step)
+    token, logp = choose(logits, noise_at(step))
     token = jnp.where(done, pad_id, token)
     logp = jnp.where(done, 0.0, logp)
     out_tokens = jax.lax.dynamic_update_slice(out_tokens, token[:, None],
@@ -155,8 +186,7 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
         cache_index=prompt_len + step)
     if eos_id is not None:
       done = done | (token == eos_id)
-    return (step + 1, logits[:, 0], done, out_tokens,
-            out_logp, cache)
+    return step + 1, logits[:, 0], done, out_tokens, out_logp, cache
 
   _, _, _, out_tokens, out_logp, _ = jax.lax.while_loop(cond, body, state)
 
