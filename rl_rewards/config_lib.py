@@ -68,6 +68,7 @@ def base_config():
       delimiter="\n",          # Step delimiter (one step a line).
       max_prompt_len=24,       # Tokens, including BOS; longer prompts fail.
       max_new_tokens=72,       # Generated tokens per response.
+      max_steps=16,            # Step slots S; later steps merge into the last.
   ))
 
   c.model = ml_collections.ConfigDict(dict(
@@ -108,8 +109,38 @@ def base_config():
       weight_decay=0.0,
       b2=0.99,
       grad_clip=1.0,
-      advantage_estimator="grpo",   # grpo | drgrpo | rloo
+      # Credit assignment: outcome | pav | pure | grpo_process | clip_delta |
+      # prime | ppo (see rl_rewards/runners/credit.py).
+      method="outcome",
+      advantage_estimator="grpo",   # Outcome baseline: grpo | drgrpo | rloo
       advantage_eps=1e-6,
+      prm_source="model",      # Step scores from: model (trained PRM) | oracle
+      log_oracle_agreement=True,  # Log PRM vs step-checker agreement.
+      # PAV (Setlur et al.): effective reward A_out + alpha * A^mu.
+      pav_alpha=0.5,
+      prover_k=4,              # Best-of-K prover: Q^mu = 1 - (1 - Q)^K.
+      # PURE (Cheng et al.): min-form credit assignment.
+      pure_temperature=0.1,    # Softmin temperature T.
+      pure_baseline="token",   # token | step
+      verifiable_reward_coef=1.0,  # 0: PRM only; > 0: PRM + VR.
+      mask_step_end_tokens=True,
+      # grpo_process / clip_delta: weight of the process term.
+      process_coef=1.0,
+      clip_eta=0.5,            # Clip threshold eta (Gao et al.).
+      clip_delta_mode="clip_delta",  # clip | delta | clip_delta
+      # PRIME (Cui et al.): online implicit PRM.
+      prime_beta=0.05,
+      prime_learning_rate=1e-4,
+      prime_process_coef=5.0,
+      prime_outcome_coef=5.0,
+      filter_accuracy=False,   # Train only on groups with mean reward in range.
+      filter_accuracy_low=0.2,
+      filter_accuracy_high=0.8,
+      # PPO: value model (initialised from the policy backbone) + GAE.
+      value_learning_rate=1e-4,
+      value_clip=0.5,
+      gae_gamma=1.0,
+      gae_lambda=1.0,
       clip_low=0.2,            # PPO clip ratio epsilon (lower side).
       clip_high=0.2,           # Upper side (DAPO clip-higher: 0.28).
       clip_c=3.0,              # Dual-clip constant (> 1); 0 disables.
@@ -150,6 +181,8 @@ def base_config():
 
 _KNOWN_STAGES = ("sft", "labels", "prm", "prm_eval", "rl")
 _ESTIMATORS = ("grpo", "drgrpo", "rloo")
+_METHODS = ("outcome", "pav", "pure", "grpo_process", "clip_delta", "prime",
+            "ppo")
 _LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
              "seq-mean-token-sum-norm")
 _KL = ("k1", "k2", "k3", "abs")
@@ -238,6 +271,19 @@ def validate(config):
   _require(0 < rl.top_p <= 1, "rl.top_p", "must be in (0, 1].")
   _require(rl.advantage_estimator in _ESTIMATORS, "rl.advantage_estimator",
            f"must be one of {_ESTIMATORS}.")
+  _require(rl.method in _METHODS, "rl.method", f"must be one of {_METHODS}.")
+  _require(rl.prm_source in ("model", "oracle"), "rl.prm_source",
+           "must be 'model' or 'oracle'.")
+  _require(rl.pure_baseline in ("token", "step"), "rl.pure_baseline",
+           "must be 'token' or 'step'.")
+  _require(rl.clip_delta_mode in ("clip", "delta", "clip_delta"),
+           "rl.clip_delta_mode", "must be clip, delta or clip_delta.")
+  _require(rl.prover_k >= 1, "rl.prover_k", "must be >= 1.")
+  _require(rl.pure_temperature > 0, "rl.pure_temperature", "must be > 0.")
+  _require(rl.method not in ("prime", "pure") or rl.group_size >= 2,
+           "rl.group_size", f"{rl.method} uses leave-one-out baselines and "
+           "needs at least 2 samples per prompt.")
+  _require(config.task.max_steps >= 1, "task.max_steps", "must be >= 1.")
   _require(rl.loss_agg_mode in _LOSS_AGG, "rl.loss_agg_mode",
            f"must be one of {_LOSS_AGG}.")
   _require(rl.kl_estimator in _KL, "rl.kl_estimator",

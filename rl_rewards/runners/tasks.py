@@ -25,6 +25,7 @@ class Scored:
   rewards: np.ndarray          # [N] float32 outcome rewards.
   num_steps: np.ndarray        # [N] int32 steps in each response.
   first_error: np.ndarray      # [N] int32, -1 when every step is correct.
+  empty_steps: np.ndarray      # [N] int32 steps with no text.
   step_labels: list            # N lists of bools (ground-truth step labels).
 
 
@@ -91,15 +92,18 @@ class ArithTask:
     rewards = np.zeros((n,), np.float32)
     num_steps = np.zeros((n,), np.int32)
     first_error = np.zeros((n,), np.int32)
+    empty = np.zeros((n,), np.int32)
     labels = []
     for i, (problem, text, done) in enumerate(zip(problems, texts, finished)):
       verdict = arith.check_solution(problem, text, self.delimiter)
       rewards[i] = float(bool(done) and verdict.answer_correct)
       num_steps[i] = verdict.num_steps
       first_error[i] = verdict.first_error
+      empty[i] = sum(1 for step in self.split_steps(text) if not step)
       labels.append(verdict.labels)
     return Scored(rewards=rewards, num_steps=num_steps,
-                  first_error=first_error, step_labels=labels)
+                  first_error=first_error, empty_steps=empty,
+                  step_labels=labels)
 
   def split_steps(self, text: str) -> list[str]:
     return segmentation.split_steps(text, self.delimiter)

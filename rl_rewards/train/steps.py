@@ -119,3 +119,75 @@ def make_policy_step(model_config: models.ModelConfig,
 def make_logprob_fn(model_config: models.ModelConfig):
   """`(params, tokens, attention_mask) -> [B, T]` token log-probs."""
   return functools.partial(models.token_logprobs, model_config)
+
+
+def token_values(model_config: models.ModelConfig, params, tokens,
+                 attention_mask):
+  """Value model predictions aligned with the tokens, [B, T].
+
+  V_t, the value of the state before token t is generated, is the scalar
+  head's output at position t − 1 (the last token of that state); entry 0 is 0.
+  """
+  scores, _ = models.apply(model_config, params, tokens,
+                           attention_mask=attention_mask, head="score")
+  return jnp.pad(scores[:, :-1], ((0, 0), (1, 0)))
+
+
+def make_value_step(model_config: models.ModelConfig,
+                    tx: optax.GradientTransformation, *,
+                    clip_range: float, loss_agg_mode: str = "token-mean"):
+  """One clipped value-regression update (PPO critic).
+
+  L = ½·agg(max((V − G)², (clip(V, V_old ± c) − G)²)) over `response_mask`.
+
+  Batch: `tokens`, `attention_mask`, `response_mask`, `old_values`,
+  `returns` [B, T].
+  """
+
+  def loss_fn(params, batch):
+    values = token_values(model_config, params, batch["tokens"],
+                          batch["attention_mask"])
+    loss, clipfrac = core.value_loss(
+        values, batch["old_values"], batch["returns"], batch["response_mask"],
+        clip_range=clip_range if clip_range > 0 else None,
+        loss_agg_mode=loss_agg_mode)
+    return loss, {"value_loss": loss, "value_clipfrac": clipfrac}
+
+  def value_step(state: state_lib.TrainState, batch):
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params, batch)
+    state, opt_metrics = state_lib.apply_gradients(state, grads, loss, tx)
+    return state, {**aux, "value_grad_norm": opt_metrics["grad_norm"]}
+
+  return value_step
+
+
+def make_implicit_prm_step(model_config: models.ModelConfig,
+                           tx: optax.GradientTransformation, *, beta: float,
+                           group_size: int):
+  """One implicit-PRM update with cross-entropy on outcome labels (PRIME).
+
+  r_φ(y) = β Σ_t m_t (log π_φ(y_t) − log π_ref(y_t));
+  L = −mean[l·log σ(r_φ) + (1 − l)·log(1 − σ(r_φ))] over rows with weight.
+
+  Batch: `tokens`, `attention_mask`, `response_mask` (rows to train on;
+  filtered rows have an all-zero mask), `ref_logprobs` [B, T], `labels` [B].
+  """
+
+  def loss_fn(params, batch):
+    logp = models.token_logprobs(model_config, params, batch["tokens"],
+                                 batch["attention_mask"])
+    log_ratios = logp - batch["ref_logprobs"]
+    loss = core.implicit_prm_ce_loss(log_ratios, batch["response_mask"],
+                                     batch["labels"], beta=beta)
+    accuracy = core.implicit_prm_pairwise_accuracy(
+        log_ratios, batch["response_mask"], batch["labels"], group_size)
+    return loss, {"prm_loss": loss, "prm_pairwise_accuracy": accuracy}
+
+  def prm_step(state: state_lib.TrainState, batch):
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params, batch)
+    state, opt_metrics = state_lib.apply_gradients(state, grads, loss, tx)
+    return state, {**aux, "prm_grad_norm": opt_metrics["grad_norm"]}
+
+  return prm_step
