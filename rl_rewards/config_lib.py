@@ -93,6 +93,9 @@ def base_config():
       gate_eval_size=200,      # Problems in the quick gate eval.
       dataset_size=0,          # 0: fresh problems every step; else a fixed set.
       init_from="",            # Workdir whose finished SFT stage to reuse.
+      # The SFT-continued baseline (stage "sft_continue"): wall-clock budget.
+      continue_seconds=0.0,
+      continue_eval_every_seconds=30.0,
       log_every_steps=25,
       checkpoint_every_steps=200,
   ))
@@ -179,7 +182,39 @@ def base_config():
   return c
 
 
-_KNOWN_STAGES = ("sft", "labels", "prm", "prm_eval", "rl")
+def apply_size(config, size: str):
+  """Shrinks a config for tests (`size="test"`); `tiny` keeps the defaults.
+
+  The `test` size is for the test suite and smoke runs: a ~20 k-parameter
+  model, 2-3 operation problems, a few steps of each stage.
+  """
+  if size not in ("test", "tiny", "small"):
+    raise ConfigError(f"size: unknown size {size!r}; use test, tiny or small.")
+  config.model.size = size
+  if size != "test":
+    return config
+  config.task.max_ops = 3
+  config.task.max_new_tokens = 48
+  config.task.max_steps = 8
+  config.sft.batch_size = 16
+  config.sft.max_steps = 4
+  config.sft.gate_every_steps = 2
+  config.sft.gate_eval_size = 16
+  config.sft.log_every_steps = 1
+  config.sft.checkpoint_every_steps = 2
+  config.rl.steps = 2
+  config.rl.prompts_per_step = 8
+  config.rl.group_size = 2
+  config.rl.eval_every_steps = 1
+  config.rl.checkpoint_every_steps = 1
+  config.eval.size_per_k = 8
+  config.eval.batch_size = 32
+  config.eval.pass_size = 16
+  config.eval.pass_n = 2
+  return config
+
+
+_KNOWN_STAGES = ("sft", "labels", "prm", "prm_eval", "rl", "sft_continue")
 _ESTIMATORS = ("grpo", "drgrpo", "rloo")
 _METHODS = ("outcome", "pav", "pure", "grpo_process", "clip_delta", "prime",
             "ppo")

@@ -99,6 +99,11 @@ def run(config, workdir: str) -> dict:
         raise config_lib.ConfigError(
             "config.stages: the rl stage needs a policy; run sft first.")
       params, summary = rl.run(ctx, params, ref_params=sft_params)
+    elif stage == "sft_continue":
+      if sft_params is None:
+        raise config_lib.ConfigError(
+            "config.stages: sft_continue needs the sft stage before it.")
+      _, summary = sft.run_continue(ctx, sft_params)
     else:  # validate() rejects unknown stages; keep the error explicit.
       raise config_lib.ConfigError(f"config.stages: unknown stage {stage!r}.")
     stage_summaries[stage] = summary

@@ -170,3 +170,86 @@ def run(ctx, params=None):
   ckpt.mark_done(step, summary)
   ckpt.close()
   return state.params, summary
+
+
+CONTINUE_STAGE = "sft_continue"
+# Problem indices of the SFT-continued baseline (fresh problems, distinct
+# from the SFT, RL and labelling streams).
+CONTINUE_INDEX_OFFSET = 30_000_000
+
+
+def run_continue(ctx, params):
+  """The SFT-continued baseline: more SFT from the SFT policy.
+
+  Comparisons of RL methods always include this baseline at equal compute:
+  it trains for `config.sft.continue_seconds` of wall-clock time (set it to
+  the RL stage's time) with a fresh optimizer, evaluating every
+  `continue_eval_every_seconds`. Being budgeted in seconds, it is not
+  bit-exactly resumable; a killed run resumes from its last checkpoint.
+
+  Returns:
+    (params, stage summary dict).
+  """
+  cfg = ctx.config.sft
+  if cfg.continue_seconds <= 0:
+    raise config_lib.ConfigError(
+        "config.sft.continue_seconds must be > 0 for the sft_continue stage.")
+  tx = make_tx(cfg)
+  state, shardings = context_lib.create_state(
+      ctx.model_config, ctx.mesh, params, tx)
+  ckpt = ctx.checkpointer(CONTINUE_STAGE)
+  meta = {"seconds": 0.0, "next_eval": cfg.continue_eval_every_seconds}
+  if ckpt.latest_step() is not None:
+    state, meta = ckpt.restore(context_lib.abstract_like(state, shardings))
+    done = ckpt.done_info()
+    if done is not None and done["step"] == int(state.step):
+      ckpt.close()
+      return state.params, done["summary"]
+    ctx.writer.drop_after(ctx.stage_order, CONTINUE_STAGE, int(state.step))
+  jit_step = jax.jit(steps.make_sft_step(ctx.model_config, tx),
+                     in_shardings=(shardings, mesh_lib.batch_sharding(ctx.mesh)),
+                     out_shardings=(shardings, None), donate_argnums=0)
+  step, seconds = int(state.step), float(meta["seconds"])
+  if step == 0:
+    initial = evaluation.evaluate(ctx, state.params, rng=ctx.rng("eval", 0),
+                                  with_pass_n=False)
+    ctx.writer.write(CONTINUE_STAGE, 0, dict(initial, seconds=0.0, samples=0))
+  last, compiling = time.time(), True
+  while seconds < cfg.continue_seconds:
+    batch = make_batch(ctx, step + CONTINUE_INDEX_OFFSET // cfg.batch_size)
+    state, step_metrics = jit_step(state, mesh_lib.put_batch(batch, ctx.mesh))
+    step += 1
+    if compiling:
+      # The first step's time is compilation, not training compute.
+      jax.block_until_ready(step_metrics)
+      last, compiling = time.time(), False
+    if step % cfg.log_every_steps == 0 or seconds >= meta["next_eval"]:
+      values = context_lib.host_scalars(step_metrics)
+      now = time.time()
+      seconds += now - last
+      last = now
+      record = {f"train/{k}": v for k, v in values.items()}
+      record.update(seconds=seconds, samples=step * cfg.batch_size)
+      if seconds >= meta["next_eval"] or seconds >= cfg.continue_seconds:
+        record.update(evaluation.evaluate(
+            ctx, state.params, rng=ctx.rng("eval", 0), with_pass_n=False))
+        meta["next_eval"] = seconds + cfg.continue_eval_every_seconds
+        last = time.time()
+        metrics_lib.print_status(
+            f"[{CONTINUE_STAGE}] step {step}, {seconds:.0f}/"
+            f"{cfg.continue_seconds:.0f}s: accuracy "
+            f"{record['eval/accuracy']:.3f}")
+      ctx.writer.write(CONTINUE_STAGE, step, record)
+    if step % cfg.checkpoint_every_steps == 0:
+      meta["seconds"] = seconds
+      ckpt.save(step, state, meta)
+  final = evaluation.evaluate(ctx, state.params, rng=ctx.rng("eval", 0))
+  ctx.writer.write(CONTINUE_STAGE, step, dict(final, seconds=seconds,
+                                              samples=step * cfg.batch_size))
+  summary = dict(final, **{"sft_continue/steps": step,
+                           "sft_continue/seconds": seconds})
+  meta["seconds"] = seconds
+  ckpt.save(step, state, meta)
+  ckpt.mark_done(step, summary)
+  ckpt.close()
+  return state.params, summary
