@@ -2,5 +2,4 @@
 
 from rl_rewards.rollout.sampler import sample
 from rl_rewards.rollout.sampler import SampleOutput
-from rl_rewards.rollout.sampler import step_ids_from_tokens
 from rl_rewards.rollout.sampler import top_p_logits

@@ -29,6 +29,7 @@ import numpy as np
 
 from rl_rewards.models import config as config_lib
 from rl_rewards.models import model as model_lib
+from rl_rewards.tasks import segmentation
 
 Array = jax.Array
 
@@ -70,20 +71,6 @@ def top_p_logits(logits: Array, top_p: Array) -> Array:
   threshold = jnp.take_along_axis(sorted_logits, num_kept[..., None] - 1,
                                   axis=-1)
   return jnp.where(logits >= threshold, logits, -jnp.inf)
-
-
-def step_ids_from_tokens(tokens: Array, response_mask: Array,
-                         delimiter_mask: Array) -> Array:
-  """Step index of every response token, -1 elsewhere. [B, T] -> [B, T].
-
-  step_id(t) = #{delimiter tokens in the response strictly before t}; the
-  last response token closes the final step, which needs no marker.
-  """
-  valid = response_mask.astype(bool)
-  ends = delimiter_mask[tokens] & valid
-  ends = ends.astype(jnp.int32)
-  ids = jnp.cumsum(ends, axis=-1) - ends
-  return jnp.where(valid, ids, -1).astype(jnp.int32)
 
 
 # Below this many noise values ([N, G, V]) the Gumbel noise of the whole
@@ -210,7 +197,10 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
   logprobs = jnp.concatenate(
       [jnp.zeros((rows, prompt_len), jnp.float32),
        jnp.where(response_valid, out_logp, 0.0)], axis=1)
-  step_ids = step_ids_from_tokens(tokens, response_mask, delimiter_mask)
+  # The one step rule of the codebase (DESIGN §4), shared with PRM training,
+  # scoring and search.
+  step_ids = segmentation.step_ids_from_tokens(
+      tokens, response_mask, delimiter_mask, eos_id=eos_id)
   return SampleOutput(tokens=tokens, attention_mask=attention_mask,
                       response_mask=response_mask, logprobs=logprobs,
                       step_ids=step_ids, lengths=lengths, truncated=~has_eos)

@@ -275,6 +275,9 @@ def run(ctx, params, ref_params=None, prm=None):
                                  out.attention_mask)
       batch["implicit_rewards"] = cfg.prime_beta * (
           implicit_logp - batch["ref_logprobs"]) * out.response_mask
+      record["prm/implicit_reward_abs_mean"] = float(
+          jnp.sum(jnp.abs(batch["implicit_rewards"])) /
+          jnp.maximum(jnp.sum(out.response_mask), 1))
       prm_batch = {"tokens": out.tokens, "attention_mask": out.attention_mask,
                    "response_mask": out.response_mask * weights[:, None],
                    "ref_logprobs": batch["ref_logprobs"],

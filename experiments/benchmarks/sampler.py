@@ -1,0 +1,206 @@
+r"""Sampler throughput: our jitted KV-cache sampler vs transformers `generate`.
+
+Both sides use the same weights (one safetensors checkpoint written by
+`save_hf` and read by `load_hf` and by `AutoModelForCausalLM`), the same
+left-padded prompts, float32, and no early stop (no EOS), so every call
+generates exactly batch x new_tokens tokens. Each configuration runs one
+warm-up call of ours (its compile time is reported separately) and one of
+transformers per PyTorch thread count (1 and all cores; the faster count is
+kept, see --torch_threads), then `--repeats` timed calls, alternating the two
+sides so that machine noise hits both; reported times are medians. Greedy
+outputs of the two sides are compared token by token.
+
+Needs PyTorch and transformers next to this package (they are not project
+dependencies):
+
+  pip install torch==2.13.0 'transformers>=4.50,<5.11'
+  python -m experiments.benchmarks.sampler --out=/tmp/sampler.json
+
+The last table row is the CPU default job's rollout shape: the `tiny` model,
+vocabulary 18, 256 sequences x 72 new tokens at temperature 1.
+"""
+
+import json
+import os
+import statistics
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+
+_OUT = flags.DEFINE_string("out", None, "Where to write the JSON results.")
+_SIZES = flags.DEFINE_list("sizes", ["tiny", "small"], "Model presets.")
+_BATCHES = flags.DEFINE_list("batches", ["8", "64"], "Batch sizes.")
+_NEW_TOKENS = flags.DEFINE_list("new_tokens", ["64", "256"],
+                                "Generated tokens per sequence.")
+_MODES = flags.DEFINE_list("modes", ["greedy", "sampled"],
+                           "greedy (temperature 0) and/or sampled (T = 1).")
+_PROMPT_LEN = flags.DEFINE_integer("prompt_len", 24, "Prompt slots.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per side.")
+_TINY_VOCAB = flags.DEFINE_integer("tiny_vocab_size", 18,
+                                   "Vocabulary of the tiny model.")
+_SMALL_VOCAB = flags.DEFINE_integer("small_vocab_size", 1024,
+                                    "Vocabulary of the small model.")
+_TORCH_THREADS = flags.DEFINE_integer(
+    "torch_threads", 0,
+    "PyTorch intra-op threads; 0 = time one warm-up call with 1 thread and "
+    "one with all cores for each configuration and keep the faster (on a "
+    "busy machine OpenMP spinning can make all cores many times slower).")
+_DEFAULT_JOB = flags.DEFINE_bool(
+    "default_job", True, "Also time tiny, B=256, 72 new tokens, sampled.")
+
+_PAD = 0
+
+
+def _prompts(batch, prompt_len, vocab_size, seed):
+  """Random left-padded prompts: 0..prompt_len/3 pads per row."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  rs = np.random.RandomState(seed)
+  tokens = rs.randint(1, vocab_size, (batch, prompt_len))
+  pads = rs.randint(0, prompt_len // 3 + 1, batch)
+  mask = (np.arange(prompt_len)[None] >= pads[:, None]).astype(np.int64)
+  return np.where(mask == 1, tokens, _PAD), mask
+
+
+def _median_time(fn, repeats):
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def _bench_config(ours, hf, size, batch, new_tokens, mode, vocab_size,
+                  repeats):
+  """Times one configuration on both sides; returns a result dict."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  from rl_rewards.rollout import sampler  # pylint: disable=g-import-not-at-top
+
+  cfg, params = ours
+  prompts, mask = _prompts(batch, _PROMPT_LEN.value, vocab_size, seed=batch)
+  greedy = mode == "greedy"
+  calls = [0]
+
+  def run_ours():
+    calls[0] += 1
+    out = sampler.sample(
+        cfg, params, prompts.astype(np.int32), mask, jax.random.key(calls[0]),
+        max_new_tokens=new_tokens, temperature=0.0 if greedy else 1.0,
+        top_p=1.0, eos_id=None, pad_id=_PAD)
+    return jax.block_until_ready(out.tokens)
+
+  def run_hf():
+    sampling = {} if greedy else dict(temperature=1.0, top_p=1.0, top_k=0)
+    with torch.inference_mode():
+      return hf.generate(
+          input_ids=torch.tensor(prompts), attention_mask=torch.tensor(mask),
+          max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+          do_sample=not greedy, eos_token_id=None, pad_token_id=_PAD,
+          use_cache=True, **sampling).numpy()
+
+  start = time.perf_counter()
+  ours_tokens = np.asarray(run_ours())
+  compile_s = time.perf_counter() - start
+  # Warm-up calls of HF, one per thread count; the faster count is kept.
+  candidates = ([_TORCH_THREADS.value] if _TORCH_THREADS.value
+                else sorted({1, os.cpu_count() or 1}))
+  warmup = []
+  for threads in candidates:
+    torch.set_num_threads(threads)
+    start = time.perf_counter()
+    hf_tokens = run_hf()
+    warmup.append((time.perf_counter() - start, threads))
+  torch.set_num_threads(min(warmup)[1])
+  ours_times, hf_times = [], []
+  for _ in range(repeats):  # Alternate the sides.
+    ours_times.append(_median_time(run_ours, 1))
+    hf_times.append(_median_time(run_hf, 1))
+  generated = batch * new_tokens
+  row = {
+      "size": size, "batch": batch, "new_tokens": new_tokens, "mode": mode,
+      "vocab_size": vocab_size,
+      "ours_s": statistics.median(ours_times),
+      "hf_s": statistics.median(hf_times),
+      "ours_first_call_s": compile_s,
+      "torch_threads": torch.get_num_threads(),
+  }
+  row["ours_tok_s"] = generated / row["ours_s"]
+  row["hf_tok_s"] = generated / row["hf_s"]
+  row["ratio"] = row["ours_tok_s"] / row["hf_tok_s"]
+  if greedy:
+    row["greedy_token_agreement"] = float(
+        np.mean(ours_tokens[:, _PROMPT_LEN.value:] ==
+                hf_tokens[:, _PROMPT_LEN.value:]))
+  return row
+
+
+def _load_both(size, vocab_size, workdir):
+  import jax  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  from rl_rewards import models  # pylint: disable=g-import-not-at-top
+
+  cfg = models.preset(size, vocab_size)
+  path = os.path.join(workdir, size)
+  models.save_hf(path, cfg, models.init_params(cfg, jax.random.key(0)))
+  cfg, params = models.load_hf(path)
+  hf = transformers.AutoModelForCausalLM.from_pretrained(
+      path, dtype=torch.float32)
+  hf.eval()
+  return (cfg, params), hf, models.num_params(cfg)
+
+
+def _print_table(rows):
+  header = ("| size | params | batch | new | mode | ours tok/s | HF tok/s | "
+            "ratio | ours first call s | greedy agreement | torch threads |")
+  print(header)
+  print("|" + "---|" * 11)
+  for r in rows:
+    agreement = r.get("greedy_token_agreement")
+    print(f"| {r['size']} | {r['params'] / 1e6:.2f} M | {r['batch']} | "
+          f"{r['new_tokens']} | {r['mode']} | {r['ours_tok_s']:,.0f} | "
+          f"{r['hf_tok_s']:,.0f} | {r['ratio']:.1f}x | "
+          f"{r['ours_first_call_s']:.1f} | "
+          f"{'-' if agreement is None else f'{agreement:.3f}'} | "
+          f"{r['torch_threads']} |")
+
+
+def main(argv):
+  del argv
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+    import transformers  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError as e:
+    raise SystemExit(f"This benchmark needs torch and transformers ({e}); "
+                     "see the module docstring.") from None
+  vocab = {"tiny": _TINY_VOCAB.value, "small": _SMALL_VOCAB.value}
+  rows = []
+  with tempfile.TemporaryDirectory() as workdir:
+    plan = [(size, int(b), int(g), mode) for size in _SIZES.value
+            for b in _BATCHES.value for g in _NEW_TOKENS.value
+            for mode in _MODES.value]
+    if _DEFAULT_JOB.value:
+      plan.append(("tiny", 256, 72, "sampled"))
+    loaded = {}
+    for size, batch, new_tokens, mode in plan:
+      if size not in loaded:
+        loaded[size] = _load_both(size, vocab.get(size, 1024), workdir)
+      ours, hf, num_params = loaded[size]
+      row = _bench_config(ours, hf, size, batch, new_tokens, mode,
+                          vocab.get(size, 1024), _REPEATS.value)
+      row["params"] = num_params
+      rows.append(row)
+      print(json.dumps(row), flush=True)
+  print(f"\ncpus: {os.cpu_count()}")
+  _print_table(rows)
+  if _OUT.value:
+    with open(_OUT.value, "w") as f:
+      json.dump({"rows": rows, "cpu_count": os.cpu_count()}, f, indent=2)
+
+
+if __name__ == "__main__":
+  app.run(main)

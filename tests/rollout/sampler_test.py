@@ -1,0 +1,321 @@
+"""Tests of the KV-cache sampler against full forward passes."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rl_rewards import models
+from rl_rewards.rollout import sampler
+from rl_rewards.tasks import segmentation
+from rl_rewards.sharding import axes
+
+VOCAB = 13
+PAD, BOS = 0, 1
+CFG = models.preset("test", VOCAB)
+NEW = 8  # max_new_tokens.
+# Row 0: 5 real tokens; row 1: 3 real tokens after 2 pads.
+PROMPTS = np.array([[BOS, 4, 7, 3, 9], [PAD, PAD, BOS, 5, 11]], np.int32)
+PROMPT_MASK = (np.arange(5)[None] >= np.array([[0], [2]])).astype(np.int32)
+
+
+@pytest.fixture(scope="module")
+def params():
+  return models.init_params(CFG, jax.random.key(0))
+
+
+def reference_greedy(params, prompts, prompt_mask, new, eos_id, pad_id):
+  """Step-by-step argmax of full forward passes over a fixed-size buffer."""
+  batch, prompt_len = prompts.shape
+  tokens = np.concatenate([prompts, np.full((batch, new), pad_id)], 1)
+  mask = np.concatenate([prompt_mask, np.zeros((batch, new), np.int32)], 1)
+  logprobs = np.zeros(tokens.shape, np.float32)
+  done = np.zeros(batch, bool)
+  forward = jax.jit(lambda t, m: models.apply(CFG, params, t,
+                                              attention_mask=m)[0])
+  for g in range(new):
+    logits = np.asarray(forward(tokens, mask))[:, prompt_len + g - 1]
+    logp = np.asarray(jax.nn.log_softmax(logits))
+    for b in range(batch):
+      if done[b]:
+        continue
+      token = int(np.argmax(logits[b]))
+      tokens[b, prompt_len + g] = token
+      mask[b, prompt_len + g] = 1
+      logprobs[b, prompt_len + g] = logp[b, token]
+      done[b] = token == eos_id
+  return tokens, mask, logprobs
+
+
+@pytest.fixture(scope="module")
+def eos_id(params):
+  """A token that greedy decoding emits early in row 0 but never in row 1,
+  so that the greedy tests see one finished and one truncated row."""
+  tokens, _, _ = reference_greedy(params, PROMPTS, PROMPT_MASK, NEW,
+                                  eos_id=-1, pad_id=PAD)
+  response = tokens[:, 5:]
+  for token in response[0, 1:NEW - 1]:
+    if token not in response[1] and token not in response[0, :1]:
+      return int(token)
+  pytest.fail(f"test setup: no usable EOS in greedy outputs {response}")
+
+
+@pytest.fixture(scope="module")
+def greedy(params, eos_id):
+  return sampler.sample(CFG, params, PROMPTS, PROMPT_MASK, jax.random.key(0),
+                        max_new_tokens=NEW, temperature=0.0, eos_id=eos_id,
+                        pad_id=PAD)
+
+
+@pytest.fixture(scope="module")
+def sampled(params, eos_id):
+  """Three temperature-1 samples per prompt."""
+  return sampler.sample(CFG, params, PROMPTS, PROMPT_MASK, jax.random.key(7),
+                        max_new_tokens=NEW, temperature=1.0, eos_id=eos_id,
+                        pad_id=PAD, num_samples=3)
+
+
+class TestGreedy:
+
+  def test_matches_stepwise_argmax(self, params, greedy, eos_id):
+    tokens, mask, logprobs = reference_greedy(params, PROMPTS, PROMPT_MASK,
+                                              NEW, eos_id, PAD)
+    np.testing.assert_array_equal(greedy.tokens, tokens)
+    np.testing.assert_array_equal(greedy.attention_mask, mask)
+    np.testing.assert_allclose(greedy.logprobs, logprobs, atol=1e-4)
+
+  def test_eos_handling(self, greedy, eos_id):
+    response = np.asarray(greedy.tokens[:, 5:])
+    response_mask = np.asarray(greedy.response_mask[:, 5:])
+    assert not greedy.response_mask[:, :5].any()
+    assert not greedy.logprobs[:, :5].any()
+    finished = []
+    for b in range(2):
+      hits = np.nonzero(response[b] == eos_id)[0]
+      if hits.size:
+        end = hits[0]
+        finished.append(True)
+        assert (response[b, end + 1:] == PAD).all()
+        np.testing.assert_array_equal(response_mask[b],
+                                      np.arange(NEW) <= end)
+        assert not greedy.logprobs[b, 5 + end + 1:].any()
+        assert (greedy.logprobs[b, 5:5 + end + 1] < 0).all()
+        assert greedy.lengths[b] == end + 1 and not greedy.truncated[b]
+      else:
+        finished.append(False)
+        assert response_mask[b].all() and greedy.lengths[b] == NEW
+        assert greedy.truncated[b]
+    assert finished == [True, False]  # The eos_id fixture guarantees it.
+
+  def test_left_padding_invariance(self, params, greedy, eos_id):
+    more = np.concatenate([np.full((2, 3), PAD), PROMPTS], 1)
+    more_mask = np.concatenate([np.zeros((2, 3), np.int32), PROMPT_MASK], 1)
+    out = sampler.sample(CFG, params, more, more_mask, jax.random.key(0),
+                         max_new_tokens=NEW, temperature=0.0, eos_id=eos_id,
+                         pad_id=PAD)
+    np.testing.assert_array_equal(out.tokens[:, 3:], greedy.tokens)
+    np.testing.assert_array_equal(out.response_mask[:, 3:],
+                                  greedy.response_mask)
+    np.testing.assert_allclose(out.logprobs[:, 3:], greedy.logprobs,
+                               atol=1e-5)
+
+  def test_top_p_near_zero_is_greedy(self, params, greedy, eos_id):
+    out = sampler.sample(CFG, params, PROMPTS, PROMPT_MASK, jax.random.key(3),
+                         max_new_tokens=NEW, temperature=1.0, top_p=1e-6,
+                         eos_id=eos_id, pad_id=PAD)
+    np.testing.assert_array_equal(out.tokens, greedy.tokens)
+    np.testing.assert_allclose(out.logprobs, greedy.logprobs, atol=1e-6)
+
+  def test_without_eos_runs_to_max_new_tokens(self, params):
+    out = sampler.sample(CFG, params, PROMPTS, PROMPT_MASK, jax.random.key(0),
+                         max_new_tokens=NEW, temperature=0.0, eos_id=None,
+                         pad_id=PAD)
+    tokens, _, _ = reference_greedy(params, PROMPTS, PROMPT_MASK, NEW,
+                                    eos_id=-1, pad_id=PAD)
+    np.testing.assert_array_equal(out.tokens, tokens)
+    assert out.truncated.all() and (out.lengths == NEW).all()
+
+  def test_pad_equal_to_eos(self, params, eos_id):
+    out = sampler.sample(CFG, params, PROMPTS, PROMPT_MASK, jax.random.key(0),
+                         max_new_tokens=NEW, temperature=0.0, eos_id=eos_id,
+                         pad_id=eos_id)
+    tokens, mask, _ = reference_greedy(params, PROMPTS, PROMPT_MASK, NEW,
+                                       eos_id, eos_id)
+    np.testing.assert_array_equal(out.tokens[:, 5:], tokens[:, 5:])
+    np.testing.assert_array_equal(out.response_mask[:, 5:], mask[:, 5:])
+
+
+class TestSampled:
+
+  def test_logprobs_match_full_forward(self, params, sampled):
+    full = models.token_logprobs(CFG, params, sampled.tokens,
+                                 sampled.attention_mask)
+    response = sampled.response_mask.astype(bool)
+    np.testing.assert_allclose(np.asarray(sampled.logprobs)[response],
+                               np.asarray(full)[response], atol=1e-4)
+    assert not np.asarray(sampled.logprobs)[~response].any()
+
+  def test_num_samples_equals_repeated_prompts(self, params, sampled,
+                                               eos_id):
+    repeated = sampler.sample(
+        CFG, params, np.repeat(PROMPTS, 3, 0), np.repeat(PROMPT_MASK, 3, 0),
+        jax.random.key(7), max_new_tokens=NEW, temperature=1.0,
+        eos_id=eos_id, pad_id=PAD)
+    for a, b in zip(sampled, repeated):
+      np.testing.assert_allclose(a, b, atol=1e-5)
+    # Prompt-major rows: the prompt of row r is prompt r // 3 ...
+    np.testing.assert_array_equal(sampled.tokens[:, :5],
+                                  np.repeat(PROMPTS, 3, 0))
+    # ... and the samples of a prompt differ from each other.
+    responses = {tuple(row) for row in np.asarray(sampled.tokens[:, 5:])}
+    assert len(responses) > 2
+
+  def test_no_recompile(self, params, sampled, eos_id):
+    del sampled  # Compiled the sampled variant for these shapes.
+    before = sampler._jit_sample._cache_size()
+    again = sampler.sample(CFG, params, PROMPTS, PROMPT_MASK,
+                           jax.random.key(99), max_new_tokens=NEW,
+                           temperature=0.7, eos_id=eos_id, pad_id=PAD,
+                           num_samples=3,
+                           delimiter_mask=np.arange(VOCAB) == 4)
+    jax.block_until_ready(again)
+    assert sampler._jit_sample._cache_size() == before
+
+  @pytest.mark.parametrize("temperature,top_p", [(2.0, 1.0), (1.0, 0.6)])
+  def test_first_token_distribution(self, params, temperature, top_p):
+    n = 4000
+    out = sampler.sample(CFG, params, PROMPTS[:1], PROMPT_MASK[:1],
+                         jax.random.key(1), max_new_tokens=1,
+                         temperature=temperature, top_p=top_p, eos_id=PAD,
+                         pad_id=PAD, num_samples=n)
+    logits = np.asarray(models.logits(CFG, params, PROMPTS[:1]),
+                        np.float64)[0, -1] / temperature
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    # Nucleus by hand: most likely tokens until the mass before reaches p.
+    order = np.argsort(-probs)
+    keep = np.zeros(VOCAB, bool)
+    mass = 0.0
+    for token in order:
+      if mass >= top_p:
+        break
+      keep[token] = True
+      mass += probs[token]
+    expected = np.where(keep, probs, 0) / probs[keep].sum()
+    counts = np.bincount(np.asarray(out.tokens[:, -1]), minlength=VOCAB)
+    np.testing.assert_allclose(counts / n, expected, atol=0.03)
+    assert counts[~keep].sum() == 0
+
+
+class TestStepIds:
+
+  def test_delimiter_before_final_eos_joins_the_last_step(self, params):
+    # The sampler uses the segmentation module's rule: "a\n<EOS>" is one
+    # step, like the text "a\n" (tasks/segmentation.py).
+    delimiters = np.arange(VOCAB) == 9
+    tokens = np.array([[5, 5, 4, 9, 9, 7, 2, 0], [5, 5, 4, 4, 9, 2, 0, 0]])
+    response = np.array([[0, 0, 1, 1, 1, 1, 1, 0], [0, 0, 1, 1, 1, 1, 0, 0]])
+    ids = segmentation.step_ids_from_tokens(tokens, response, delimiters,
+                                            eos_id=2)
+    np.testing.assert_array_equal(ids, [[-1, -1, 0, 0, 1, 2, 2, -1],
+                                        [-1, -1, 0, 0, 0, 0, -1, -1]])
+
+  def test_sampler_step_ids(self, params, eos_id):
+    delimiters = np.isin(np.arange(VOCAB), [3, 8, 10])
+    out = sampler.sample(CFG, params, PROMPTS, PROMPT_MASK, jax.random.key(7),
+                         max_new_tokens=NEW, temperature=1.0, eos_id=eos_id,
+                         pad_id=PAD, num_samples=3, delimiter_mask=delimiters)
+    tokens, response = np.asarray(out.tokens), np.asarray(out.response_mask)
+    num_delimiters = 0
+    for b in range(tokens.shape[0]):
+      step = 0
+      for t in range(tokens.shape[1]):
+        if not response[b, t]:
+          assert out.step_ids[b, t] == -1
+          continue
+        assert out.step_ids[b, t] == step
+        final_eos = (t + 1 < tokens.shape[1] and response[b, t + 1] and
+                     tokens[b, t + 1] == eos_id and
+                     (t + 2 >= tokens.shape[1] or not response[b, t + 2]))
+        if delimiters[tokens[b, t]] and not final_eos:
+          step += 1
+          num_delimiters += 1
+    assert num_delimiters > 0  # The case was exercised.
+
+
+class TestTopP:
+
+  def test_hand_computed(self):
+    logits = jnp.log(jnp.array([[0.5, 0.3, 0.15, 0.05]]))
+    # Mass before each token: 0, .5, .8, .95.
+    keep = lambda p: np.isfinite(sampler.top_p_logits(logits, p))[0].tolist()
+    assert keep(0.7) == [True, True, False, False]
+    assert keep(0.5) == [True, False, False, False]
+    assert keep(0.81) == [True, True, True, False]
+    assert keep(1.0) == [True, True, True, True]
+    assert keep(1e-9) == [True, False, False, False]
+
+
+class TestErrors:
+
+  def _sample(self, params, **overrides):
+    kwargs = dict(prompt_tokens=PROMPTS, prompt_mask=PROMPT_MASK,
+                  rng=jax.random.key(0), max_new_tokens=NEW,
+                  temperature=0.0, eos_id=2, pad_id=PAD)
+    kwargs.update(overrides)
+    return sampler.sample(CFG, params, **kwargs)
+
+  @pytest.mark.parametrize("overrides,match", [
+      (dict(prompt_mask=PROMPT_MASK[:, ::-1]), "left-padded"),
+      (dict(prompt_mask=PROMPT_MASK[:1]), "prompt_mask shape"),
+      (dict(prompt_tokens=PROMPTS[0]), r"\[B, P\]"),
+      (dict(top_p=0.0), "top_p"),
+      (dict(temperature=-1.0), "temperature"),
+      (dict(eos_id=VOCAB), "eos_id"),
+      (dict(max_new_tokens=0), "max_new_tokens"),
+      (dict(max_new_tokens=300), "max_position_embeddings"),
+      (dict(num_samples=0), "num_samples"),
+      (dict(delimiter_mask=np.zeros(4, bool)), "delimiter_mask"),
+  ])
+  def test_bad_arguments(self, params, overrides, match):
+    with pytest.raises(ValueError, match=match):
+      self._sample(params, **overrides)
+
+  def test_all_padding_row_is_finite(self, params, greedy, eos_id):
+    del greedy  # Same shapes and ids: reuses the compiled greedy sampler.
+    prompts = PROMPTS.copy()
+    prompts[1] = PAD
+    mask = PROMPT_MASK.copy()
+    mask[1] = 0
+    out = self._sample(params, prompt_tokens=prompts, prompt_mask=mask,
+                       eos_id=eos_id)
+    assert np.isfinite(np.asarray(out.logprobs)).all()
+    assert out.lengths[1] >= 1
+
+
+class TestSharding:
+
+  def test_sharded_params_and_batch_match_unsharded(self):
+    cfg = models.preset("test", 16)  # Vocabulary divisible by the mesh.
+    mesh = jax.sharding.Mesh(
+        np.array(jax.devices()[:8]).reshape(2, 2, 2), axes.MESH_AXES,
+        axis_types=(jax.sharding.AxisType.Auto,) * 3)
+    shardings = nn.logical_to_mesh_sharding(models.param_logical_axes(cfg),
+                                            mesh, axes.DEFAULT_RULES)
+    plain = models.init_params(cfg, jax.random.key(0))
+    sharded = models.init_params(cfg, jax.random.key(0), shardings=shardings)
+    prompts = np.random.RandomState(0).randint(1, 16, (4, 6)).astype(np.int32)
+    mask = np.ones((4, 6), np.int32)
+    batch = jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec((axes.DATA, axes.FSDP)))
+    kwargs = dict(max_new_tokens=6, temperature=1.0, eos_id=2, pad_id=0,
+                  num_samples=2)
+    with nn.logical_axis_rules(axes.DEFAULT_RULES), jax.set_mesh(mesh):
+      out = sampler.sample(cfg, sharded, jax.device_put(prompts, batch),
+                           jax.device_put(mask, batch), jax.random.key(1),
+                           **kwargs)
+    reference = sampler.sample(cfg, plain, prompts, mask, jax.random.key(1),
+                               **kwargs)
+    np.testing.assert_array_equal(out.tokens, reference.tokens)
+    np.testing.assert_allclose(out.logprobs, reference.logprobs, atol=1e-5)
