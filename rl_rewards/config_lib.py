@@ -60,7 +60,7 @@ def base_config():
   c.stages = "sft,rl"
 
   c.task = ml_collections.ConfigDict(dict(
-      name="arith",            # arith
+      name="arith",            # arith | gsm8k | math | reasoning_gym
       min_ops=2,               # Number of +/- operations per problem.
       max_ops=6,
       fixed_width=True,        # "023+07=030" instead of "23+7=30".
@@ -69,11 +69,21 @@ def base_config():
       max_prompt_len=24,       # Tokens, including BOS; longer prompts fail.
       max_new_tokens=72,       # Generated tokens per response.
       max_steps=16,            # Step slots S; later steps merge into the last.
+      # Text datasets (gsm8k, math: JSONL files; reasoning_gym: by name).
+      train_path="",
+      eval_path="",
+      dataset="",              # reasoning-gym dataset name, e.g. chain_sum.
+      train_size=10000,        # reasoning-gym examples per split.
+      eval_size=500,
+      prompt_template="{question}",  # e.g. a chat template with {question}.
+      verifier_timeout_s=5.0,  # Time limit per verifier call.
   ))
 
   c.model = ml_collections.ConfigDict(dict(
-      size="tiny",             # Preset: test | tiny | small.
-      dtype="float32",         # Activation dtype.
+      size="tiny",             # Preset: test | tiny | small (if no hf_path).
+      dtype="float32",         # Activation dtype: float32 | bfloat16.
+      hf_path="",              # A Hugging Face Qwen2/Llama checkpoint dir.
+      tokenizer_path="",       # tokenizer.json (default: hf_path's).
   ))
 
   # Mesh axis sizes; exactly one may be -1 (all remaining devices).
@@ -269,9 +279,21 @@ def validate(config):
     _require(stage in _KNOWN_STAGES, "stages",
              f"unknown stage {stage!r}; known: {', '.join(_KNOWN_STAGES)}.")
   task = config.task
-  _require(task.name == "arith", "task.name", f"unknown task {task.name!r}.")
+  _require(task.name in ("arith", "gsm8k", "math", "reasoning_gym"),
+           "task.name", f"unknown task {task.name!r}.")
   _require(1 <= task.min_ops <= task.max_ops, "task.min_ops",
            "need 1 <= min_ops <= max_ops.")
+  _require(task.name == "arith" or config.rl.prm_source != "oracle" or
+           config.rl.method not in ("pav", "pure", "grpo_process",
+                                    "clip_delta"),
+           "rl.prm_source", "the oracle PRM needs ground-truth step labels, "
+           "which only the arith task has.")
+  _require(task.name != "reasoning_gym" or task.dataset, "task.dataset",
+           "name the reasoning-gym dataset (e.g. chain_sum).")
+  _require("{question}" in task.prompt_template, "task.prompt_template",
+           "must contain {question}.")
+  _require(config.model.dtype in ("float32", "bfloat16"), "model.dtype",
+           "must be float32 or bfloat16.")
   _require(task.max_prompt_len > 0, "task.max_prompt_len", "must be > 0.")
   _require(task.max_new_tokens > 0, "task.max_new_tokens", "must be > 0.")
   _require(len(task.delimiter) > 0, "task.delimiter", "must be non-empty.")

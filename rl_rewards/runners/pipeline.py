@@ -12,23 +12,68 @@ import json
 import os
 import time
 
+import jax
+
 from rl_rewards import config_lib
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import models
+from rl_rewards.models import hf as hf_lib
 from rl_rewards.runners import context as context_lib
 from rl_rewards.runners import rl
 from rl_rewards.runners import sft
 from rl_rewards.runners import tasks as tasks_lib
 from rl_rewards.sharding import mesh as mesh_lib
+from rl_rewards.tasks import tokenizer as tokenizer_lib
+
+
+def _hf_tokenizer(config):
+  path = config.model.tokenizer_path or (
+      os.path.join(config.model.hf_path, "tokenizer.json")
+      if config.model.hf_path else "")
+  if not path:
+    return None
+  if not os.path.exists(path):
+    raise config_lib.ConfigError(f"config.model: no tokenizer file {path}.")
+  return tokenizer_lib.HFTokenizer(
+      path, prompt_template=config.task.prompt_template)
+
+
+def _model_config(config, vocab_size):
+  if not config.model.hf_path:
+    return models.preset(config.model.size, vocab_size,
+                         dtype=config.model.dtype)
+  path = os.path.join(config.model.hf_path, "config.json")
+  if not os.path.exists(path):
+    raise config_lib.ConfigError(
+        f"config.model.hf_path: {config.model.hf_path} has no config.json.")
+  return hf_lib.config_from_hf(metrics_lib.read_json(path),
+                                  dtype=config.model.dtype, path=path)
+
+
+def initial_params(ctx):
+  """The policy before any stage: a HF checkpoint, or a fresh init."""
+  shardings = context_lib.param_shardings(ctx.model_config, ctx.mesh)
+  if ctx.config.model.hf_path:
+    _, params = models.load_hf(ctx.config.model.hf_path,
+                               dtype=ctx.config.model.dtype,
+                               shardings=shardings)
+    return params
+  params = models.init_params(ctx.model_config, ctx.rng("init"))
+  return jax.device_put(params, shardings)
 
 
 def build_context(config, workdir: str) -> context_lib.RunContext:
   """Validates `config` and builds the shared run context."""
   config_lib.validate(config)
   os.makedirs(workdir, exist_ok=True)
-  task = tasks_lib.make_task(config.task, config.seed)
-  model_config = models.preset(config.model.size, task.tokenizer.vocab_size,
-                               dtype=config.model.dtype)
+  hf_tokenizer = _hf_tokenizer(config)
+  task = tasks_lib.make_task(config.task, config.seed, tokenizer=hf_tokenizer,
+                             workdir=workdir)
+  model_config = _model_config(config, task.tokenizer.vocab_size)
+  if task.tokenizer.vocab_size > model_config.vocab_size:
+    raise config_lib.ConfigError(
+        f"config.model: the tokenizer has {task.tokenizer.vocab_size} tokens, "
+        f"more than the model's vocabulary of {model_config.vocab_size}.")
   needed = config.task.max_prompt_len + config.task.max_new_tokens
   if needed > model_config.max_position_embeddings:
     raise config_lib.ConfigError(
@@ -84,21 +129,41 @@ def run(config, workdir: str) -> dict:
   start = time.time()
   ctx = build_context(config, workdir)
   print(f"rl_rewards: workdir {os.path.abspath(workdir)}; stages "
-        f"{' -> '.join(ctx.stage_order)}; model {config.model.size} "
+        f"{' -> '.join(ctx.stage_order)}; model "
+        f"{config.model.hf_path or config.model.size} "
         f"({models.num_params(ctx.model_config):,} parameters); mesh "
         f"{dict(ctx.mesh.shape)}", flush=True)
   stage_summaries, stage_seconds = {}, {}
-  params, sft_params = None, None
+  params = sft_params = None
+  label_path, prm_params, scorer = None, None, None
+  if ctx.stage_order[0] != "sft" or not config.sft.init_from:
+    # The policy every stage starts from (reused SFT policies are loaded by
+    # the sft stage itself).
+    params = sft_params = initial_params(ctx)
   for stage in ctx.stage_order:
     t0 = time.time()
     if stage == "sft":
       params, summary = sft.run(ctx, params)
       sft_params = params
+    elif stage in ("labels", "prm", "prm_eval"):
+      from rl_rewards.runners import prm_stages  # pylint: disable=g-import-not-at-top
+      if sft_params is None:
+        raise config_lib.ConfigError(
+            f"config.stages: the {stage} stage needs the sft stage before it.")
+      if stage == "labels":
+        label_path = prm_stages.run_labels(ctx, sft_params)
+        summary = {"labels/path": label_path}
+      elif stage == "prm":
+        prm_params, summary = prm_stages.run_prm_train(ctx, sft_params,
+                                                       label_path)
+        scorer = prm_stages.load_scorer(ctx, prm_params)
+      else:
+        summary = prm_stages.run_prm_eval(ctx, sft_params, prm_params)
     elif stage == "rl":
       if params is None:
         raise config_lib.ConfigError(
             "config.stages: the rl stage needs a policy; run sft first.")
-      params, summary = rl.run(ctx, params, ref_params=sft_params)
+      params, summary = rl.run(ctx, params, ref_params=sft_params, prm=scorer)
     elif stage == "sft_continue":
       if sft_params is None:
         raise config_lib.ConfigError(

@@ -7,12 +7,16 @@ plus the ground-truth step labels when the task has them).
 """
 
 import dataclasses
+import os
 
 import numpy as np
 
+from rl_rewards.data import builders
 from rl_rewards.tasks import arith
+from rl_rewards.tasks import reasoning_gym_tasks
 from rl_rewards.tasks import segmentation
 from rl_rewards.tasks import tokenizer as tokenizer_lib
+from rl_rewards.tasks import verifiers
 
 # Problem indices of the RL prompt stream start here, so RL never sees the
 # problems SFT was trained on (both come from the "train" split).
@@ -30,7 +34,9 @@ class Scored:
 
 
 class ArithTask:
-  """The embedded arithmetic task (DESIGN §6)."""
+  """The embedded arithmetic task (DESIGN §6), with ground-truth step labels."""
+
+  has_step_labels = True
 
   def __init__(self, task_config, seed: int):
     self.config = arith.ArithConfig(
@@ -109,8 +115,163 @@ class ArithTask:
     return segmentation.split_steps(text, self.delimiter)
 
 
-def make_task(task_config, seed: int):
+@dataclasses.dataclass(frozen=True)
+class TextProblem:
+  """One question of a text dataset."""
+  question: str
+  answer: str          # The reference final answer.
+  solution: str        # The reference solution (SFT target).
+  index: int
+  entry: object = None  # The reasoning-gym entry (for its scorer).
+
+
+def _text(value) -> str:
+  if isinstance(value, bytes):
+    return value.decode("utf-8")
+  if isinstance(value, np.ndarray) and value.shape == ():
+    return _text(value.item())
+  return str(value)
+
+
+class TextTask:
+  """A question/answer dataset: GSM8K or MATH JSONL files, or reasoning-gym.
+
+  Records come from tfds builders prepared as array_record in
+  `<workdir>/data` (no TensorFlow); the train split is visited in a
+  permutation reshuffled every epoch (seeded), so the problems of any index
+  are a pure function of (seed, index). Outcome rewards come from the
+  verifier of the dataset kind (GSM8K numeric match, math-verify in a process
+  pool, reasoning-gym's own scorer), each call with a time and size limit.
+  These datasets have no ground-truth step labels.
+  """
+
+  has_step_labels = False
+  _VERIFIER = {"gsm8k": "gsm8k", "math": "math",
+               "reasoning_gym": "reasoning_gym"}
+
+  def __init__(self, task_config, seed: int, tokenizer, data_dir: str):
+    self.kind = task_config.name
+    self.seed = seed
+    self.delimiter = task_config.delimiter
+    self.tokenizer = tokenizer
+    self.max_prompt_len = task_config.max_prompt_len
+    self.max_new_tokens = task_config.max_new_tokens
+    self.verifier_timeout_s = task_config.verifier_timeout_s
+    if self.kind == "reasoning_gym":
+      builder = builders.reasoning_gym_task(
+          task_config.dataset, {"train": task_config.train_size,
+                                "eval": task_config.eval_size}, seed, data_dir)
+      self._rg = {split: reasoning_gym_tasks.create_dataset(
+          task_config.dataset, size, builder.builder_config.split_seed(split))
+                  for split, size in (("train", task_config.train_size),
+                                      ("eval", task_config.eval_size))}
+    else:
+      for key in ("train_path", "eval_path"):
+        if not task_config[key]:
+          raise ValueError(f"config.task.{key}: the {self.kind} task needs a "
+                           "JSONL file.")
+      reader = {"gsm8k": builders.gsm8k_jsonl,
+                "math": builders.math_jsonl}[self.kind]
+      builder = reader({"train": task_config.train_path,
+                        "eval": task_config.eval_path}, data_dir)
+      self._rg = None
+    self._sources = {split: builders.data_source(builder, split)
+                     for split in ("train", "eval")}
+
+  def _record(self, split, index):
+    record = self._sources[split][index]
+    entry = self._rg[split][index] if self._rg else None
+    return TextProblem(question=_text(record["question"]),
+                       answer=_text(record["answer"]),
+                       solution=_text(record["solution"]) or _text(
+                           record["answer"]),
+                       index=int(index), entry=entry)
+
+  def problems(self, split: str, start: int, count: int):
+    """Problems start..start+count-1 of a split (train: epoch-shuffled)."""
+    source_split = "train" if split == "train" else "eval"
+    size = len(self._sources[source_split])
+    out = []
+    for i in range(start, start + count):
+      epoch, position = divmod(i, size)
+      if source_split == "train":
+        perm = np.random.default_rng([self.seed, epoch]).permutation(size)
+        position = int(perm[position])
+      out.append(self._record(source_split, position))
+    return out
+
+  def problems_per_k(self, split: str, size: int):
+    """The first `size` held-out problems (text tasks have no k)."""
+    del split
+    return [self._record("eval", i)
+            for i in range(min(size, len(self._sources["eval"])))]
+
+  ops_range = range(1)
+
+  def num_ops(self, problems):
+    del problems
+    return None
+
+  def prompts(self, problems):
+    return [p.question for p in problems]
+
+  def references(self, problems):
+    return [p.solution for p in problems]
+
+  def encode_prompts(self, problems):
+    return tokenizer_lib.encode_prompts(
+        self.tokenizer, self.prompts(problems), self.max_prompt_len)
+
+  def encode_sft(self, problems):
+    return tokenizer_lib.encode_sft_batch(
+        self.tokenizer, self.prompts(problems), self.references(problems),
+        max_prompt_len=self.max_prompt_len,
+        max_len=self.max_prompt_len + self.max_new_tokens)
+
+  def delimiter_mask(self):
+    return self.tokenizer.delimiter_mask(self.delimiter)
+
+  def decode_responses(self, tokens, response_mask):
+    return [self.tokenizer.decode(row[mask.astype(bool)], errors="replace")
+            for row, mask in zip(tokens, response_mask)]
+
+  def split_steps(self, text: str):
+    return segmentation.split_steps(text, self.delimiter)
+
+  def score(self, problems, texts, finished) -> Scored:
+    kind = self._VERIFIER[self.kind]
+    predictions = [t if done else None for t, done in zip(texts, finished)]
+    if kind == "reasoning_gym":
+      # The answer is the last non-empty line of the response.
+      predictions = [None if p is None else
+                     (p.strip().splitlines() or [""])[-1] for p in predictions]
+      references = [p.entry for p in problems]
+    elif kind == "gsm8k":
+      references = [f"#### {p.answer}" for p in problems]
+    else:
+      references = [p.answer for p in problems]
+    rewards, stats = verifiers.verify_batch(
+        kind, predictions, references, timeout_s=self.verifier_timeout_s)
+    self.last_verifier_stats = stats
+    n = len(texts)
+    num_steps = np.array([len(self.split_steps(t)) for t in texts], np.int32)
+    empty = np.array([sum(1 for s in self.split_steps(t) if not s)
+                      for t in texts], np.int32)
+    return Scored(rewards=rewards.astype(np.float32), num_steps=num_steps,
+                  first_error=np.full((n,), -1, np.int32), empty_steps=empty,
+                  step_labels=[[] for _ in range(n)])
+
+
+def make_task(task_config, seed: int, *, tokenizer=None, workdir: str = ""):
   """Builds the task named by `config.task.name`."""
   if task_config.name == "arith":
     return ArithTask(task_config, seed)
+  if task_config.name in ("gsm8k", "math", "reasoning_gym"):
+    if tokenizer is None:
+      raise ValueError(
+          f"config.task.name={task_config.name!r} needs a real tokenizer: set "
+          "config.model.hf_path (with tokenizer.json) or "
+          "config.model.tokenizer_path.")
+    return TextTask(task_config, seed, tokenizer,
+                    os.path.join(workdir, "data"))
   raise ValueError(f"config.task.name: unknown task {task_config.name!r}.")

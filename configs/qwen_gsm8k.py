@@ -1,0 +1,86 @@
+"""GRPO on GSM8K from a Qwen2.5-style checkpoint, for one GPU/TPU host.
+
+    python -m experiments.train --config=configs/qwen_gsm8k.py \\
+        --config.model.hf_path=/path/to/Qwen2.5-Math-1.5B \\
+        --config.task.train_path=/path/to/gsm8k/train.jsonl \\
+        --config.task.eval_path=/path/to/gsm8k/test.jsonl \\
+        --workdir=runs/qwen_gsm8k
+
+Inputs a user provides: a Hugging Face checkpoint directory (config.json,
+model.safetensors or sharded safetensors + index, tokenizer.json) of a Qwen2
+or Llama model, and GSM8K-format JSONL files (`question`, `answer` ending in
+"#### x"). Files are validated up front; a malformed line fails with its file
+and line number. The model is loaded straight into the mesh shardings
+(parameters fully sharded over the host's devices on the `fsdp` axis), runs in
+bfloat16 activations with float32 parameters, and the run starts with RL
+(outcome-reward GRPO, KL 1e-3 to the initial policy); add `sft` to
+`config.stages` to fine-tune on the reference solutions first. Steps are split
+on blank lines ("\\n\\n"), as in PRM800K/ProcessBench-style data, for the
+process-reward methods (`--config.rl.method=prime`, ...).
+
+`get_config("smoke")` shrinks lengths and batches to check the plumbing on a
+small checkpoint (the test suite does this with a tiny random Qwen2).
+"""
+
+from rl_rewards import config_lib
+
+QWEN_CHAT_PROMPT = (
+    "<|im_start|>system\nPlease reason step by step, and put your final "
+    "answer within \\boxed{}.<|im_end|>\n<|im_start|>user\n{question}"
+    "<|im_end|>\n<|im_start|>assistant\n")
+
+
+def get_config(arg=None):
+  arg = config_lib.parse_arg(arg, smoke=False)
+  config = config_lib.base_config()
+  config.stages = "rl"
+  config.model.hf_path = ""           # Set to the checkpoint directory.
+  config.model.dtype = "bfloat16"
+  config.task.name = "gsm8k"
+  config.task.prompt_template = QWEN_CHAT_PROMPT
+  config.task.delimiter = "\n\n"
+  config.task.max_prompt_len = 320
+  config.task.max_new_tokens = 512
+  config.task.max_steps = 32
+  config.mesh.data = 1
+  config.mesh.fsdp = -1               # Shard parameters over local devices.
+  config.sft.batch_size = 64
+  config.sft.learning_rate = 1e-5
+  config.sft.max_steps = 500
+  config.sft.max_seconds = 36000.0
+  config.sft.target_accuracy = 1.0    # SFT runs its step budget.
+  config.sft.gate_every_steps = 100
+  config.rl.steps = 300
+  config.rl.prompts_per_step = 64
+  config.rl.group_size = 8
+  config.rl.learning_rate = 1e-6
+  config.rl.warmup_steps = 10
+  config.rl.minibatches = 4
+  config.rl.kl_coef = 1e-3
+  config.rl.kl_estimator = "k3"
+  config.rl.eval_every_steps = 25
+  config.eval.size_per_k = 1319       # The whole GSM8K test set.
+  config.eval.batch_size = 256
+  config.eval.pass_size = 128
+  if arg.smoke:
+    config.task.max_prompt_len = 64
+    config.task.max_new_tokens = 24
+    config.task.max_steps = 8
+    config.mesh.fsdp = 1
+    config.mesh.data = -1
+    config.sft.batch_size = 8
+    config.sft.max_steps = 2
+    config.sft.gate_every_steps = 2
+    config.sft.gate_eval_size = 8
+    config.sft.log_every_steps = 1
+    config.rl.steps = 2
+    config.rl.prompts_per_step = 8
+    config.rl.group_size = 2
+    config.rl.minibatches = 1
+    config.rl.eval_every_steps = 1
+    config.rl.checkpoint_every_steps = 1
+    config.eval.size_per_k = 8
+    config.eval.batch_size = 8
+    config.eval.pass_size = 8
+    config.eval.pass_n = 2
+  return config
