@@ -49,6 +49,33 @@ def load_config_file(spec: str):
   return module.get_config(arg) if arg else module.get_config()
 
 
+def point_name(overrides: dict) -> str:
+  """The workdir name of a sweep point, e.g. `rl.learning_rate=5e-05`."""
+  if not overrides:
+    return "base"
+  return ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+
+
+def load_sweep(spec: str):
+  """The list of override dicts of `path.py[:arg]`'s `get_sweep()`.
+
+  Every key of every point is checked against the config, so a typo fails
+  before any run starts.
+  """
+  path = spec.partition(":")[0]
+  config = load_config_file(spec)  # Fails clearly on a bad path or config.
+  module_spec = importlib.util.spec_from_file_location("_sweep_config", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  if not hasattr(module, "get_sweep"):
+    raise config_lib.ConfigError(f"--config: {path} defines no get_sweep().")
+  points = [dict(point) for point in module.get_sweep()]
+  for point in points:
+    for key in point:
+      check_override_key(config, key)
+  return points
+
+
 def check_override_key(config, dotted: str):
   """Raises ConfigError if `config` has no key at the dotted path."""
   node, walked = config, []
