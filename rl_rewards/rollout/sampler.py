@@ -10,7 +10,9 @@ cache is then tiled so that every prompt gets n continuations, rows ordered
 prompt-major (the n samples of a prompt are contiguous, DESIGN §4). Decoding
 runs in a `lax.while_loop` that stops as soon as every row has emitted EOS
 (or after `max_new_tokens`). To continue a partial response, put it in the
-prompt: a prefix is just a longer prompt.
+prompt: a prefix is just a longer prompt. With a `stop_mask`, a row also ends
+after emitting any token in the mask (e.g. the step delimiter): that is how
+step-level search samples one step at a time.
 
 Output arrays are [B * n, P + G] with G = max_new_tokens: prompt slots first,
 then the response slots. A row is done after its first EOS; later slots hold
@@ -49,7 +51,11 @@ class SampleOutput(NamedTuple):
       token (a step ends at each delimiter token and at the last response
       token), -1 on the prompt and padding.
     lengths: [N] int32, number of response tokens (EOS included).
-    truncated: [N] bool, True when no EOS was produced within G tokens.
+    truncated: [N] bool, True when the row reached G tokens without EOS or
+      a stop token.
+    stopped: [N] bool, True when the row ended on a token of `stop_mask`
+      (kept in the response, like EOS) rather than on EOS; always False
+      without a stop mask.
   """
   tokens: Array
   attention_mask: Array
@@ -58,6 +64,7 @@ class SampleOutput(NamedTuple):
   step_ids: Array
   lengths: Array
   truncated: Array
+  stopped: Array
 
 
 def top_p_logits(logits: Array, top_p: Array) -> Array:
@@ -114,7 +121,7 @@ def _choose_tokens(logits, noise, temperature, top_p, *, greedy, use_top_p):
     static_argnames=("cfg", "max_new_tokens", "num_samples", "eos_id",
                      "pad_id", "greedy", "use_top_p"))
 def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
-                delimiter_mask, *, cfg, max_new_tokens, num_samples, eos_id,
+                delimiter_mask, stop_mask, *, cfg, max_new_tokens, num_samples, eos_id,
                 pad_id, greedy, use_top_p):
   batch, prompt_len = prompt_tokens.shape
   new = max_new_tokens
@@ -173,19 +180,26 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
         cache_index=prompt_len + step)
     if eos_id is not None:
       done = done | (token == eos_id)
+    if stop_mask is not None:
+      done = done | stop_mask[token]
     return step + 1, logits[:, 0], done, out_tokens, out_logp, cache
 
   _, _, _, out_tokens, out_logp, _ = jax.lax.while_loop(cond, body, state)
 
-  # Response tokens run up to and including the first EOS (robust to
-  # pad_id == eos_id).
+  # Response tokens run up to and including the first EOS or stop token
+  # (robust to pad_id == eos_id: padding only follows the end).
   if eos_id is None:
     is_eos = jnp.zeros(out_tokens.shape, bool)
   else:
     is_eos = out_tokens == eos_id
-  has_eos = jnp.any(is_eos, axis=-1)
-  first_eos = jnp.where(has_eos, jnp.argmax(is_eos, axis=-1), new)
-  response_valid = jnp.arange(new)[None, :] <= first_eos[:, None]
+  is_end = is_eos
+  if stop_mask is not None:
+    is_end = is_end | stop_mask[out_tokens]
+  has_end = jnp.any(is_end, axis=-1)
+  first_end = jnp.where(has_end, jnp.argmax(is_end, axis=-1), new)
+  response_valid = jnp.arange(new)[None, :] <= first_end[:, None]
+  ended_on_eos = has_end & jnp.take_along_axis(
+      is_eos, jnp.minimum(first_end, new - 1)[:, None], axis=1)[:, 0]
   lengths = jnp.sum(response_valid, axis=-1, dtype=jnp.int32)
 
   zeros_prompt = jnp.zeros((rows, prompt_len), jnp.int32)
@@ -203,7 +217,8 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
       tokens, response_mask, delimiter_mask, eos_id=eos_id)
   return SampleOutput(tokens=tokens, attention_mask=attention_mask,
                       response_mask=response_mask, logprobs=logprobs,
-                      step_ids=step_ids, lengths=lengths, truncated=~has_eos)
+                      step_ids=step_ids, lengths=lengths, truncated=~has_end,
+                      stopped=has_end & ~ended_on_eos)
 
 
 def _concrete(x) -> Optional[np.ndarray]:
@@ -226,7 +241,7 @@ def sample(cfg: config_lib.ModelConfig, params: Any, prompt_tokens,
            temperature: float = 1.0, top_p: float = 1.0,
            eos_id: Optional[int],
            pad_id: int, delimiter_mask=None,
-           num_samples: int = 1) -> SampleOutput:
+           num_samples: int = 1, stop_mask=None) -> SampleOutput:
   """Samples continuations of left-padded prompts.
 
   Args:
@@ -244,6 +259,10 @@ def sample(cfg: config_lib.ModelConfig, params: Any, prompt_tokens,
     delimiter_mask: optional bool [V], True on tokens that end a reasoning
       step (e.g. newline). None: one step per response.
     num_samples: n continuations per prompt; rows are prompt-major.
+    stop_mask: optional bool [V]: a row also ends after emitting one of
+      these tokens (kept in the response and counted in `lengths`; the row is
+      `stopped`, not `truncated`). Passing `delimiter_mask` here samples one
+      reasoning step per call. None: rows end on EOS only.
 
   Returns:
     `SampleOutput` with [B * n, P + G] arrays. Changing temperature or top_p
@@ -294,10 +313,16 @@ def sample(cfg: config_lib.ModelConfig, params: Any, prompt_tokens,
   if delimiter_mask.shape != (cfg.vocab_size,):
     raise ValueError(f"delimiter_mask must have shape ({cfg.vocab_size},), "
                      f"got {delimiter_mask.shape}.")
+  if stop_mask is not None:
+    stop_mask = jnp.asarray(stop_mask)
+    if stop_mask.shape != (cfg.vocab_size,):
+      raise ValueError(f"stop_mask must have shape ({cfg.vocab_size},), "
+                       f"got {stop_mask.shape}.")
+    stop_mask = stop_mask.astype(bool)
   greedy = float(temperature) == 0.0
   return _jit_sample(
       params, prompt_tokens, prompt_mask, rng,
       jnp.float32(1.0 if greedy else temperature), jnp.float32(top_p),
-      delimiter_mask.astype(bool), cfg=cfg, max_new_tokens=int(max_new_tokens),
+      delimiter_mask.astype(bool), stop_mask, cfg=cfg, max_new_tokens=int(max_new_tokens),
       num_samples=int(num_samples), eos_id=eos_id, pad_id=int(pad_id),
       greedy=greedy, use_top_p=(not greedy) and float(top_p) < 1.0)

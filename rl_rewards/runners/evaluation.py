@@ -68,13 +68,16 @@ def greedy_accuracy(ctx, params, problems, *, batch_size, rng):
   step_acc = np.mean([np.mean(l) if l else 0.0 for l in scored.step_labels])
   result = {
       "eval/accuracy": float(scored.rewards.mean()),
-      "eval/all_steps_correct": float(all_steps.mean()),
-      "eval/step_accuracy": float(step_acc),
       "eval/mean_length": float(out["lengths"].mean()),
       "eval/truncated": float(1.0 - out["finished"].mean()),
+      "eval/steps_per_response": float(scored.num_steps.mean()),
   }
-  for k in np.unique(ks):
-    result[f"eval/accuracy_k{k}"] = float(scored.rewards[ks == k].mean())
+  if ctx.task.has_step_labels:
+    result["eval/all_steps_correct"] = float(all_steps.mean())
+    result["eval/step_accuracy"] = float(step_acc)
+  if ks is not None:
+    for k in np.unique(ks):
+      result[f"eval/accuracy_k{k}"] = float(scored.rewards[ks == k].mean())
   return result
 
 

@@ -86,7 +86,8 @@ def accuracy_filter(rewards, group_size: int, low: float, high: float):
   return np.repeat(keep, group_size).astype(np.float32)
 
 
-def rollout_metrics(scored, lengths, group_size: int) -> dict:
+def rollout_metrics(scored, lengths, group_size: int,
+                    has_step_labels: bool = True) -> dict:
   """Reward and behaviour statistics of a scored rollout batch.
 
   Besides reward, these expose reward hacking: steps per response, tokens per
@@ -98,7 +99,7 @@ def rollout_metrics(scored, lengths, group_size: int) -> dict:
   mixed = np.mean(groups.max(axis=1) != groups.min(axis=1))
   all_steps = np.array([len(l) > 0 and all(l) for l in scored.step_labels])
   steps_per = np.maximum(scored.num_steps, 1)
-  return {
+  out = {
       "train/reward_mean": float(rewards.mean()),
       "train/mixed_groups": float(mixed),
       "train/response_length": float(np.mean(lengths)),
@@ -106,10 +107,12 @@ def rollout_metrics(scored, lengths, group_size: int) -> dict:
       "train/tokens_per_step": float(np.mean(lengths / steps_per)),
       "train/empty_step_fraction": float(scored.empty_steps.sum() /
                                          max(scored.num_steps.sum(), 1)),
-      "train/all_steps_correct": float(all_steps.mean()),
-      "train/correct_with_wrong_step": float(
-          np.mean((rewards > 0) & ~all_steps)),
   }
+  if has_step_labels:
+    out["train/all_steps_correct"] = float(all_steps.mean())
+    out["train/correct_with_wrong_step"] = float(
+        np.mean((rewards > 0) & ~all_steps))
+  return out
 
 
 def prm_agreement_metrics(step_scores, step_ids, oracle_labels, rewards):
@@ -254,7 +257,7 @@ def run(ctx, params, ref_params=None, prm=None):
       record["train/kept_fraction"] = float(weights.mean())
 
     # Process signal.
-    if uses_prm or cfg.log_oracle_agreement:
+    if ctx.task.has_step_labels and (uses_prm or cfg.log_oracle_agreement):
       oracle = credit.oracle_step_arrays(scored.step_labels, num_steps)
     if uses_prm:
       if cfg.prm_source == "oracle":
@@ -263,9 +266,10 @@ def run(ctx, params, ref_params=None, prm=None):
       else:
         scores = prm.score_rollout(out.tokens, out.attention_mask, step_ids)
         scores["q_steps"] = scores["step_scores"]
-        record.update(prm_agreement_metrics(
-            scores["step_scores"], step_ids, oracle["labels"],
-            scored.rewards))
+        if ctx.task.has_step_labels:
+          record.update(prm_agreement_metrics(
+              scores["step_scores"], step_ids, oracle["labels"],
+              scored.rewards))
       batch.update({k: jnp.asarray(v) for k, v in scores.items()})
     if method == "prime" or cfg.kl_coef > 0:
       batch["ref_logprobs"] = logprob_fn(ref_params, out.tokens,
@@ -324,7 +328,8 @@ def run(ctx, params, ref_params=None, prm=None):
     t4 = time.time()
     step += 1
     seconds += t4 - t0
-    record.update(rollout_metrics(scored, info["lengths"], cfg.group_size))
+    record.update(rollout_metrics(scored, info["lengths"], cfg.group_size,
+                                  ctx.task.has_step_labels))
     record.update({
         "time/rollout_s": t1 - t0 - info["reward_s"],
         "time/reward_s": info["reward_s"], "time/prm_s": t2 - t1,

@@ -33,7 +33,30 @@ class Scored:
   step_labels: list            # N lists of bools (ground-truth step labels).
 
 
-class ArithTask:
+class _PromptEncoding:
+  """Prompt/SFT encoding shared by the tasks (the sampler's layout)."""
+
+  def prompts(self, problems) -> list[str]:
+    return [p.question for p in problems]
+
+  def encode_prompts(self, problems):
+    return tokenizer_lib.encode_prompts(
+        self.tokenizer, self.prompts(problems), self.max_prompt_len)
+
+  def encode_sft(self, problems):
+    return tokenizer_lib.encode_sft_batch(
+        self.tokenizer, self.prompts(problems), self.references(problems),
+        max_prompt_len=self.max_prompt_len,
+        max_len=self.max_prompt_len + self.max_new_tokens)
+
+  def delimiter_mask(self) -> np.ndarray:
+    return self.tokenizer.delimiter_mask(self.delimiter)
+
+  def split_steps(self, text: str) -> list[str]:
+    return segmentation.split_steps(text, self.delimiter)
+
+
+class ArithTask(_PromptEncoding):
   """The embedded arithmetic task (DESIGN §6), with ground-truth step labels."""
 
   has_step_labels = True
@@ -66,24 +89,8 @@ class ArithTask:
   def num_ops(self, problems) -> np.ndarray:
     return np.array([p.num_ops for p in problems], np.int32)
 
-  def prompts(self, problems) -> list[str]:
-    return [p.question for p in problems]
-
   def references(self, problems) -> list[str]:
     return [arith.reference_solution(p, self.delimiter) for p in problems]
-
-  def encode_prompts(self, problems):
-    return tokenizer_lib.encode_prompts(
-        self.tokenizer, self.prompts(problems), self.max_prompt_len)
-
-  def encode_sft(self, problems):
-    return tokenizer_lib.encode_sft_batch(
-        self.tokenizer, self.prompts(problems), self.references(problems),
-        max_prompt_len=self.max_prompt_len,
-        max_len=self.max_prompt_len + self.max_new_tokens)
-
-  def delimiter_mask(self) -> np.ndarray:
-    return self.tokenizer.delimiter_mask(self.delimiter)
 
   def decode_responses(self, tokens: np.ndarray, response_mask: np.ndarray):
     """Response texts (without EOS) of sampled rows [N, P + G]."""
@@ -111,8 +118,6 @@ class ArithTask:
                   first_error=first_error, empty_steps=empty,
                   step_labels=labels)
 
-  def split_steps(self, text: str) -> list[str]:
-    return segmentation.split_steps(text, self.delimiter)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +138,7 @@ def _text(value) -> str:
   return str(value)
 
 
-class TextTask:
+class TextTask(_PromptEncoding):
   """A question/answer dataset: GSM8K or MATH JSONL files, or reasoning-gym.
 
   Records come from tfds builders prepared as array_record in
@@ -212,31 +217,12 @@ class TextTask:
     del problems
     return None
 
-  def prompts(self, problems):
-    return [p.question for p in problems]
-
   def references(self, problems):
     return [p.solution for p in problems]
-
-  def encode_prompts(self, problems):
-    return tokenizer_lib.encode_prompts(
-        self.tokenizer, self.prompts(problems), self.max_prompt_len)
-
-  def encode_sft(self, problems):
-    return tokenizer_lib.encode_sft_batch(
-        self.tokenizer, self.prompts(problems), self.references(problems),
-        max_prompt_len=self.max_prompt_len,
-        max_len=self.max_prompt_len + self.max_new_tokens)
-
-  def delimiter_mask(self):
-    return self.tokenizer.delimiter_mask(self.delimiter)
 
   def decode_responses(self, tokens, response_mask):
     return [self.tokenizer.decode(row[mask.astype(bool)], errors="replace")
             for row, mask in zip(tokens, response_mask)]
-
-  def split_steps(self, text: str):
-    return segmentation.split_steps(text, self.delimiter)
 
   def score(self, problems, texts, finished) -> Scored:
     kind = self._VERIFIER[self.kind]

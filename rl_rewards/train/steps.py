@@ -18,6 +18,25 @@ from rl_rewards import models
 from rl_rewards.train import state as state_lib
 
 
+def make_update_step(loss_fn, tx: optax.GradientTransformation,
+                     metric_prefix: str = ""):
+  """`(state, batch) -> (state, metrics)` from `loss_fn(params, batch)`.
+
+  `loss_fn` returns `(loss, aux_metrics)`; the update goes through
+  `state.apply_gradients`, so a non-finite loss or gradient is skipped and
+  counted. Optimizer metrics (`grad_norm`, `skipped`) get `metric_prefix`.
+  """
+
+  def update_step(state: state_lib.TrainState, batch):
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params, batch)
+    state, opt_metrics = state_lib.apply_gradients(state, grads, loss, tx)
+    return state, {**aux, **{metric_prefix + k: v
+                             for k, v in opt_metrics.items()}}
+
+  return update_step
+
+
 def _sequence_nll(model_config, params, batch):
   logp = models.token_logprobs(model_config, params, batch["tokens"],
                                batch["attention_mask"])
@@ -40,13 +59,7 @@ def make_sft_step(model_config: models.ModelConfig,
     loss = core.masked_mean(nll, mask)
     return loss, {"loss": loss, "tokens": jnp.sum(mask)}
 
-  def sft_step(state: state_lib.TrainState, batch):
-    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params, batch)
-    state, opt_metrics = state_lib.apply_gradients(state, grads, loss, tx)
-    return state, {**aux, **opt_metrics}
-
-  return sft_step
+  return make_update_step(loss_fn, tx)
 
 
 def make_eval_loss(model_config: models.ModelConfig):
@@ -107,13 +120,7 @@ def make_policy_step(model_config: models.ModelConfig,
     metrics["neg_logprob"] = -core.masked_mean(logp, mask)
     return loss, metrics
 
-  def policy_step(state: state_lib.TrainState, batch):
-    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params, batch)
-    state, opt_metrics = state_lib.apply_gradients(state, grads, loss, tx)
-    return state, {**aux, **opt_metrics}
-
-  return policy_step
+  return make_update_step(loss_fn, tx)
 
 
 def make_logprob_fn(model_config: models.ModelConfig):
@@ -153,13 +160,7 @@ def make_value_step(model_config: models.ModelConfig,
         loss_agg_mode=loss_agg_mode)
     return loss, {"value_loss": loss, "value_clipfrac": clipfrac}
 
-  def value_step(state: state_lib.TrainState, batch):
-    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params, batch)
-    state, opt_metrics = state_lib.apply_gradients(state, grads, loss, tx)
-    return state, {**aux, "value_grad_norm": opt_metrics["grad_norm"]}
-
-  return value_step
+  return make_update_step(loss_fn, tx, metric_prefix="value_")
 
 
 def make_implicit_prm_step(model_config: models.ModelConfig,
@@ -184,10 +185,4 @@ def make_implicit_prm_step(model_config: models.ModelConfig,
         log_ratios, batch["response_mask"], batch["labels"], group_size)
     return loss, {"prm_loss": loss, "prm_pairwise_accuracy": accuracy}
 
-  def prm_step(state: state_lib.TrainState, batch):
-    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params, batch)
-    state, opt_metrics = state_lib.apply_gradients(state, grads, loss, tx)
-    return state, {**aux, "prm_grad_norm": opt_metrics["grad_norm"]}
-
-  return prm_step
+  return make_update_step(loss_fn, tx, metric_prefix="prm_")

@@ -1,0 +1,169 @@
+"""Label sets on disk: JSONL shards plus a manifest, written resumably.
+
+A label set is a directory:
+
+  shard-00000.jsonl, shard-00001.jsonl, ...   one labelled solution a line
+  manifest.json                               written last, when complete
+
+Each shard is written to a temporary file and renamed, so a shard file
+exists only once it is complete: a labelling run killed at any moment
+resumes from the shards already on disk. Only JSON is ever read (no
+pickle); a malformed line fails with the file and line number.
+
+A record (one solution) holds:
+
+  split, index, question    the problem (index in the split's stream)
+  prompt_ids, response_ids  the tokens (EOS included when finished)
+  text, finished, outcome   the decoded response and its verdict
+  q        [K] Q̂ of the prefix through each step (null: not estimated)
+  hard     [K] hard label of each step (1 = some continuation correct)
+  rollouts [K] continuations behind each label (0: the outcome itself)
+  v, v_rollouts             V̂ of the question (null: not estimated)
+  oracle   [K] ground-truth step labels, or null when the task has none
+  first_error               the oracle's first wrong step (−1: none), or null
+"""
+
+import json
+import math
+import os
+import re
+
+MANIFEST = "manifest.json"
+_SHARD_RE = re.compile(r"^shard-(\d{5})\.jsonl$")
+
+_FIELDS = {
+    "split": str, "index": int, "question": str, "prompt_ids": list,
+    "response_ids": list, "text": str, "finished": bool,
+    "outcome": (int, float), "q": list, "hard": list, "rollouts": list,
+    "v": (int, float, type(None)), "v_rollouts": int,
+    "oracle": (list, type(None)), "first_error": (int, type(None)),
+}
+
+
+def shard_path(directory: str, shard: int) -> str:
+  return os.path.join(directory, f"shard-{shard:05d}.jsonl")
+
+
+def _json_value(value):
+  if isinstance(value, float) and math.isnan(value):
+    return None
+  if isinstance(value, list):
+    return [_json_value(v) for v in value]
+  return value
+
+
+def _atomic_write(path: str, text: str):
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def write_shard(directory: str, shard: int, records) -> str:
+  """Writes one complete shard atomically; returns its path."""
+  os.makedirs(directory, exist_ok=True)
+  lines = []
+  for record in records:
+    validate_record(record, f"record for shard {shard}")
+    lines.append(json.dumps({k: _json_value(v) for k, v in record.items()},
+                            allow_nan=False))
+  path = shard_path(directory, shard)
+  _atomic_write(path, "".join(line + "\n" for line in lines))
+  return path
+
+
+def complete_shards(directory: str) -> list[int]:
+  """Indices of the shards on disk (each one complete by construction)."""
+  if not os.path.isdir(directory):
+    return []
+  found = [_SHARD_RE.match(name) for name in os.listdir(directory)]
+  return sorted(int(m.group(1)) for m in found if m)
+
+
+def validate_record(record, where: str):
+  """Raises ValueError (naming `where`) if a record is malformed."""
+  if not isinstance(record, dict):
+    raise ValueError(f"{where}: expected a JSON object, got "
+                     f"{type(record).__name__}.")
+  for field, kind in _FIELDS.items():
+    if field not in record:
+      raise ValueError(f"{where}: missing field {field!r}.")
+    value = record[field]
+    if isinstance(value, bool) and kind is not bool:
+      raise ValueError(f"{where}: field {field!r} must not be a bool.")
+    if not isinstance(value, kind):
+      raise ValueError(f"{where}: field {field!r} has type "
+                       f"{type(value).__name__}.")
+  num_steps = len(record["hard"])
+  if num_steps < 1:
+    raise ValueError(f"{where}: a solution has at least one step.")
+  for field in ("q", "rollouts") + (("oracle",) if record["oracle"] is not None
+                                    else ()):
+    if len(record[field]) != num_steps:
+      raise ValueError(f"{where}: field {field!r} has {len(record[field])} "
+                       f"entries, 'hard' has {num_steps}.")
+  for q in record["q"]:
+    if q is not None and not (isinstance(q, (int, float)) and
+                              (math.isnan(q) or 0.0 <= q <= 1.0)):
+      raise ValueError(f"{where}: q values must be in [0, 1] or null, got "
+                       f"{q!r}.")
+  if any(h not in (0, 1) for h in record["hard"]):
+    raise ValueError(f"{where}: hard labels must be 0 or 1.")
+  if not all(isinstance(t, int) for t in record["response_ids"] +
+             record["prompt_ids"]):
+    raise ValueError(f"{where}: token ids must be ints.")
+
+
+def read_shard(path: str) -> list[dict]:
+  """Records of one shard; errors name the file and the 1-based line."""
+  records = []
+  with open(path, encoding="utf-8") as f:
+    for line_number, line in enumerate(f, start=1):
+      if not line.strip():
+        continue
+      where = f"{path}:{line_number}"
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: invalid JSON ({e.msg}).") from None
+      validate_record(record, where)
+      records.append(record)
+  return records
+
+
+def write_manifest(directory: str, info: dict):
+  """Marks the label set complete (`info` holds counts and settings)."""
+  _atomic_write(os.path.join(directory, MANIFEST),
+                json.dumps(dict(info, complete=True), indent=2,
+                           sort_keys=True))
+
+
+def read_manifest(directory: str) -> dict:
+  """The manifest of a complete label set; ValueError if there is none."""
+  path = os.path.join(directory, MANIFEST)
+  if not os.path.exists(path):
+    raise ValueError(f"{directory}: not a complete label set (no {MANIFEST}; "
+                     "run the labels stage to the end).")
+  try:
+    with open(path, encoding="utf-8") as f:
+      manifest = json.load(f)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path}: invalid JSON ({e.msg}).") from None
+  if not isinstance(manifest, dict) or "num_shards" not in manifest:
+    raise ValueError(f"{path}: missing field 'num_shards'.")
+  return manifest
+
+
+def read_label_set(directory: str) -> tuple[dict, list[dict]]:
+  """(manifest, all records in shard order) of a complete label set."""
+  manifest = read_manifest(directory)
+  records = []
+  for shard in range(int(manifest["num_shards"])):
+    path = shard_path(directory, shard)
+    if not os.path.exists(path):
+      raise ValueError(f"{directory}: shard {shard} listed in the manifest "
+                       f"is missing ({path}).")
+    records.extend(read_shard(path))
+  return manifest, records
