@@ -39,7 +39,8 @@ _BASELINE = flags.DEFINE_string(
     "baseline", "grpo", "The outcome-only method others are measured against.")
 _SIZE = flags.DEFINE_string("size", "tiny", "Model/task size: tiny or test.")
 _OVERRIDES = flags.DEFINE_multi_string(
-    "override", [], "Extra key=value overrides for every RL run.")
+    "override", [], "Extra key=value overrides for every run (SFT, PRM and "
+    "methods).")
 
 # Methods whose config trains a PRM first, and the PRM config they share.
 _PRM_CONFIG = {"pav": "pav", "pure": "prm", "clip_delta": "prm"}
@@ -63,6 +64,7 @@ def run_seed(root, seed, methods, size, overrides):
   base = os.path.join(root, f"seed{seed}")
   seed_flags = [f"seed={seed}"]
   sft_dir = os.path.join(base, "sft")
+  seed_flags += list(overrides)
   _train(f"configs/default.py:size={size}", sft_dir,
          seed_flags + ["stages=sft"])
   rl_seconds = None
@@ -70,7 +72,7 @@ def run_seed(root, seed, methods, size, overrides):
     if method == "sft_continue":
       continue
     workdir = os.path.join(base, method)
-    extra = list(seed_flags) + list(overrides)
+    extra = list(seed_flags)
     spec = f"configs/{method}.py:size={size},sft={sft_dir}"
     if method in _PRM_CONFIG:
       prm_dir = os.path.join(base, f"prm_{_PRM_CONFIG[method]}")

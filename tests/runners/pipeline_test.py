@@ -27,6 +27,8 @@ def _final_params(workdir: str, stage: str):
   ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints", stage))
   restored = ckpt.restore_raw()
   ckpt.close()
+  if "policy" in restored:  # RL states hold the policy next to other models.
+    restored = restored["policy"]
   return restored["params"]
 
 
