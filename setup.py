@@ -34,5 +34,10 @@ setuptools.setup(
             "pytest>=8,<10",
             "pytest-xdist>=3.5,<4",
         ],
+        # Peers for parity tests and side-by-side benchmarks (CPU torch).
+        "hf": [
+            "torch==2.13.0",
+            "transformers>=4.50,<5.11",
+        ],
     },
 )

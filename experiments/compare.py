@@ -4,9 +4,11 @@
         --seeds=3 --workdir=runs/compare
 
 For every seed, one SFT policy is trained (`<workdir>/seed<s>/sft`) and, for
-methods that need one, one set of Monte-Carlo labels and trained PRM/PAV
-(`<workdir>/seed<s>/prm_<kind>`); every method then runs from that shared
-policy (`<workdir>/seed<s>/<method>`) with the same number of RL steps,
+methods that need one, one set of Monte-Carlo labels (`<workdir>/seed<s>/
+labels`) and the verifiers trained on it (`prm_soft`: the PAV;
+`prm_step`: the step verifier of PURE and Clip/Delta); every method
+then runs from that shared policy (`<workdir>/seed<s>/<method>`) with the
+same number of RL steps,
 prompts and samples per prompt, so all methods see the same number of
 samples. The SFT-continued baseline (`sft_continue`) trains SFT for the wall
 time the seed's first RL method took. Finished runs are reused, so the
@@ -42,8 +44,11 @@ _OVERRIDES = flags.DEFINE_multi_string(
     "override", [], "Extra key=value overrides for every run (SFT, PRM and "
     "methods).")
 
-# Methods whose config trains a PRM first, and the PRM config they share.
-_PRM_CONFIG = {"pav": "pav", "pure": "prm", "clip_delta": "prm"}
+# Methods that score steps with a trained verifier: the config that trains
+# it and the shared directory it is trained in. Every verifier of a seed is
+# trained on the same Monte-Carlo label set (`<workdir>/seed<s>/labels`).
+_VERIFIER = {"pav": ("pav", "prm_soft"), "pure": ("pure", "prm_step"),
+             "clip_delta": ("pure", "prm_step")}
 
 
 def _train(config_spec, workdir, overrides=()):
@@ -68,16 +73,21 @@ def run_seed(root, seed, methods, size, overrides):
   _train(f"configs/default.py:size={size}", sft_dir,
          seed_flags + ["stages=sft"])
   rl_seconds = None
+  label_dir = os.path.join(base, "labels")
   for method in methods:
     if method == "sft_continue":
       continue
     workdir = os.path.join(base, method)
     extra = list(seed_flags)
     spec = f"configs/{method}.py:size={size},sft={sft_dir}"
-    if method in _PRM_CONFIG:
-      prm_dir = os.path.join(base, f"prm_{_PRM_CONFIG[method]}")
-      _train(f"configs/{_PRM_CONFIG[method]}.py:size={size},sft={sft_dir}",
-             prm_dir, seed_flags + ["stages=sft,labels,prm"])
+    if method in _VERIFIER:
+      trainer, name = _VERIFIER[method]
+      _train(f"configs/pav.py:size={size},sft={sft_dir}", label_dir,
+             seed_flags + ["stages=sft,labels"])
+      prm_dir = os.path.join(base, name)
+      _train(f"configs/{trainer}.py:size={size},sft={sft_dir},"
+             f"labels={label_dir}", prm_dir,
+             seed_flags + ["stages=sft,labels,prm"])
       spec += f",prm={prm_dir}"
     _train(spec, workdir, extra)
     if rl_seconds is None:

@@ -14,6 +14,8 @@ import os
 import jax
 import orbax.checkpoint as ocp
 
+from rl_rewards import config_lib
+
 _DONE_FILE = "stage_done.json"
 
 
@@ -95,3 +97,22 @@ class Checkpointer:
 
   def close(self):
     self._manager.close()
+
+
+def restore_finished(workdir: str, stage: str, key: str):
+  """(state as host arrays, done info) of `workdir`'s finished `stage`.
+
+  Raises:
+    config_lib.ConfigError naming `key` (the config key that pointed at
+    `workdir`) when the stage has not finished there.
+  """
+  ckpt = Checkpointer(os.path.join(workdir, "checkpoints", stage))
+  try:
+    done = ckpt.done_info()
+    if done is None:
+      raise config_lib.ConfigError(
+          f"config.{key}: {workdir} has no finished {stage} stage (no "
+          f"{stage} checkpoint marked done).")
+    return ckpt.restore_raw(done["step"]), done
+  finally:
+    ckpt.close()

@@ -170,15 +170,58 @@ def base_config():
   # Monte-Carlo step labels from prover rollouts (stage "labels").
   c.labels = ml_collections.ConfigDict(dict(
       init_from="",            # Workdir whose finished labels to reuse.
+      num_problems=256,        # Train problems to sample solutions for.
+      samples_per_problem=4,   # Sampled solutions per problem (n_cov).
+      num_rollouts=8,          # Prover continuations per step prefix (m).
+      method="mc",             # mc (every step) | binary_search (OmegaPRM).
+      # Prover: policy | best_of_k (labels Q^pi, Q^BoK = 1 - (1 - Q^pi)^K
+      # derived where used) | checkpoint (another run's policy).
+      prover="policy",
+      prover_k=4,              # K of the Best-of-K prover.
+      prover_from="",          # prover=checkpoint: that run's workdir.
+      prover_stage="sft",      # ... and its stage to take the policy of.
+      temperature=1.0,         # Sampling temperature of solutions/rollouts.
+      problems_per_shard=64,   # Problems per label shard (resume unit).
+      prefix_batch_size=64,    # Prefixes per sampler call (x m rows).
   ))
 
   # PRM / PAV / implicit-PRM training (stage "prm").
   c.prm = ml_collections.ConfigDict(dict(
       init_from="",            # Workdir whose trained PRM to reuse.
+      # head (score head read at each step's last token: a PRM or PAV) |
+      # generative (step score = probability the LM head gives the step's
+      # tokens; score head for V) | implicit (beta * log-ratio to the
+      # policy, trained on outcome labels only).
+      model="head",
+      # Labels the verifier is trained on: soft (MC Q-hat, a PAV's Q^pi) |
+      # hard (1[some rollout correct], Math-Shepherd) | progress
+      # (1[Q-hat_k >= progress_ratio * Q-hat_{k-1}]) | prover (Q-hat^mu).
+      target="soft",
+      progress_ratio=0.5,      # rho of target=progress.
+      steps=100,               # Optimizer steps.
+      batch_size=64,           # Solutions per step (all their steps count).
+      learning_rate=3e-4,
+      warmup_steps=20,
+      weight_decay=0.0,
+      grad_clip=1.0,
+      value_weight=1.0,        # Weight of V(question) at the prompt's end.
+      balance_classes=False,   # Equal weight to steps with y < .5, y >= .5.
+      drop_after_first_negative=False,  # No labels after a hard-0 step.
+      implicit_loss="ce",      # Implicit PRM loss: ce | dpo.
+      implicit_beta=0.05,      # Implicit PRM beta.
+      valid_fraction=0.1,      # Problems held out for validation metrics.
+      log_every_steps=25,
+      checkpoint_every_steps=100,
   ))
 
   # PRM evaluation: ProcessBench-style F1, AUROC, Best-of-N (stage "prm_eval").
   c.prm_eval = ml_collections.ConfigDict(dict(
+      num_problems=200,        # Test solutions for first-error F1 / AUROC.
+      valid_problems=200,      # Other problems: threshold selection only.
+      bon_problems=64,         # Held-out problems for Best-of-N.
+      bon_samples=64,          # M samples each; N = 1, 4, 16, ... <= M.
+      temperature=1.0,         # Sampling temperature of evaluated solutions.
+      prompts_per_batch=32,    # Prompts per sampler call.
   ))
 
   c.eval = ml_collections.ConfigDict(dict(
@@ -221,6 +264,50 @@ def apply_size(config, size: str):
   config.eval.batch_size = 32
   config.eval.pass_size = 16
   config.eval.pass_n = 2
+  config.labels.num_problems = 8
+  config.labels.samples_per_problem = 2
+  config.labels.num_rollouts = 2
+  config.labels.problems_per_shard = 4
+  config.labels.prefix_batch_size = 16
+  config.prm.steps = 4
+  config.prm.batch_size = 8
+  config.prm.log_every_steps = 2
+  config.prm.checkpoint_every_steps = 2
+  config.prm.valid_fraction = 0.25
+  config.prm_eval.num_problems = 16
+  config.prm_eval.valid_problems = 16
+  config.prm_eval.bon_problems = 4
+  config.prm_eval.bon_samples = 16
+  config.prm_eval.prompts_per_batch = 8
+  return config
+
+
+def use_trained_prm(config, *, sft: str = "", labels: str = "",
+                    prm: str = "", model: str = "head", target: str = "soft"):
+  """Sets the stages of an RL run whose step scores come from a trained PRM.
+
+  Every stage can be taken from a finished run instead of recomputed: `sft`,
+  `labels` and `prm` are workdirs whose SFT policy, label set or trained
+  verifier to reuse. Without `prm` the run trains its own verifier
+  (`model`, `target`: see the `prm` section) on Monte-Carlo labels; a
+  generative verifier is fine-tuned gently (lr 1e-4, no value term), and
+  hard or progress labels stop at a solution's first negative step.
+
+  Returns:
+    The config, with `stages`, the `init_from` keys and `prm.model/target`.
+  """
+  config.sft.init_from = sft
+  config.labels.init_from = labels
+  config.prm.init_from = prm
+  config.prm.model = model
+  config.prm.target = target
+  config.prm.drop_after_first_negative = target in ("hard", "progress")
+  if model == "generative":
+    config.prm.learning_rate = 1e-4
+    config.prm.warmup_steps = 10
+    config.prm.value_weight = 0.0
+  config.rl.prm_source = "model"
+  config.stages = "sft,rl" if prm else "sft,labels,prm,rl"
   return config
 
 
@@ -269,7 +356,49 @@ def stage_names(config):
 
 def _validate_prm(config):
   """Checks the `labels`, `prm` and `prm_eval` sections."""
-  del config
+  labels, prm, prm_eval = config.labels, config.prm, config.prm_eval
+  for key in ("num_problems", "samples_per_problem", "num_rollouts",
+              "problems_per_shard", "prefix_batch_size", "prover_k"):
+    _require(labels[key] >= 1, f"labels.{key}",
+             f"must be >= 1, got {labels[key]}.")
+  _require(labels.method in ("mc", "binary_search"), "labels.method",
+           "must be mc or binary_search.")
+  _require(labels.prover in ("policy", "best_of_k", "checkpoint"),
+           "labels.prover", "must be policy, best_of_k or checkpoint.")
+  _require(labels.prover != "checkpoint" or labels.prover_from,
+           "labels.prover_from", "prover=checkpoint needs the workdir of "
+           "the prover's run.")
+  _require(labels.prover_stage in ("sft", "rl"), "labels.prover_stage",
+           "must be sft or rl.")
+  _require(labels.temperature > 0, "labels.temperature",
+           "must be > 0 (Monte-Carlo labels need sampled rollouts).")
+  _require(prm.model in ("head", "generative", "implicit"), "prm.model",
+           "must be head, generative or implicit.")
+  _require(prm.target in ("soft", "hard", "progress", "prover"),
+           "prm.target", "must be soft, hard, progress or prover.")
+  _require(0 < prm.progress_ratio <= 1, "prm.progress_ratio",
+           "must be in (0, 1].")
+  _require(prm.implicit_loss in ("ce", "dpo"), "prm.implicit_loss",
+           "must be ce or dpo.")
+  for key in ("steps", "batch_size", "log_every_steps",
+              "checkpoint_every_steps"):
+    _require(prm[key] >= 1, f"prm.{key}", f"must be >= 1, got {prm[key]}.")
+  _require(prm.learning_rate > 0, "prm.learning_rate", "must be > 0.")
+  _require(prm.implicit_beta > 0, "prm.implicit_beta", "must be > 0.")
+  _require(prm.value_weight >= 0, "prm.value_weight", "must be >= 0.")
+  _require(0 <= prm.valid_fraction < 1, "prm.valid_fraction",
+           "must be in [0, 1).")
+  _require(prm.batch_size % labels.samples_per_problem == 0, "prm.batch_size",
+           f"must be a multiple of labels.samples_per_problem "
+           f"({labels.samples_per_problem}): batches hold whole groups.")
+  _require(prm.model != "implicit" or prm.implicit_loss != "dpo" or
+           labels.samples_per_problem >= 2, "labels.samples_per_problem",
+           "the DPO loss pairs solutions of a problem: need >= 2.")
+  for key in ("num_problems", "valid_problems", "bon_problems", "bon_samples",
+              "prompts_per_batch"):
+    _require(prm_eval[key] >= 1, f"prm_eval.{key}",
+             f"must be >= 1, got {prm_eval[key]}.")
+  _require(prm_eval.temperature > 0, "prm_eval.temperature", "must be > 0.")
 
 
 def validate(config):

@@ -88,7 +88,9 @@ def select_threshold(step_scores, step_mask, labels,
                      grid=THRESHOLD_GRID) -> tuple[float, float]:
   """The threshold of `grid` with the best F1 on a validation set.
 
-  Ties go to the threshold closest to 0.5 (then the smaller one).
+  Ties go to the threshold closest to 0.5 (then the smaller one). When F1 is
+  undefined for every threshold (a validation set without erroneous or
+  without correct solutions), the result is (0.5, NaN).
 
   Args:
     step_scores: [B, S] validation step scores.
@@ -99,13 +101,12 @@ def select_threshold(step_scores, step_mask, labels,
   Returns:
     (threshold, its validation F1).
   """
-  best, best_f1 = None, -1.0
+  best, best_f1 = 0.5, float("nan")
   for threshold in sorted(grid, key=lambda t: (abs(t - 0.5), t)):
     f1 = processbench_metrics(
         labels, first_error_predictions(step_scores, step_mask, threshold)
     )["f1"]
-    f1 = -1.0 if np.isnan(f1) else f1
-    if f1 > best_f1:
+    if not np.isnan(f1) and (np.isnan(best_f1) or f1 > best_f1):
       best, best_f1 = float(threshold), f1
   return best, best_f1
 

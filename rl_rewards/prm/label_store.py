@@ -156,14 +156,18 @@ def read_manifest(directory: str) -> dict:
   return manifest
 
 
+def read_shards(directory: str, num_shards: int) -> list[dict]:
+  """Records of shards 0 .. num_shards − 1, in order (all must exist)."""
+  records = []
+  for shard in range(num_shards):
+    path = shard_path(directory, shard)
+    if not os.path.exists(path):
+      raise ValueError(f"{directory}: shard {shard} is missing ({path}).")
+    records.extend(read_shard(path))
+  return records
+
+
 def read_label_set(directory: str) -> tuple[dict, list[dict]]:
   """(manifest, all records in shard order) of a complete label set."""
   manifest = read_manifest(directory)
-  records = []
-  for shard in range(int(manifest["num_shards"])):
-    path = shard_path(directory, shard)
-    if not os.path.exists(path):
-      raise ValueError(f"{directory}: shard {shard} listed in the manifest "
-                       f"is missing ({path}).")
-    records.extend(read_shard(path))
-  return manifest, records
+  return manifest, read_shards(directory, int(manifest["num_shards"]))

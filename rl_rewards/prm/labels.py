@@ -61,6 +61,29 @@ def math_shepherd_labels(correct, total):
           (correct > 0).astype(np.float32))
 
 
+def progress_labels(q, v, ratio: float = 0.5) -> np.ndarray:
+  """Step labels from progress: 1[Q̂_k ≥ ρ·Q̂_{k−1}], with Q̂_{−1} = V̂.
+
+  A step is negative when it loses more than a fraction 1 − ρ of the success
+  probability of the prefix before it (PAV's progress A_k = Q_k − Q_{k−1},
+  thresholded relative to Q_{k−1}). Unlike 1[Q̂_k > 0], this stays negative
+  on a wrong step from which the policy sometimes recovers by a second,
+  compensating mistake. NaN where Q̂_k or its predecessor is unknown.
+
+  Args:
+    q: [K] Q̂ of the prefix through each step (NaN: unknown).
+    v: V̂ of the question (NaN: unknown).
+    ratio: ρ in (0, 1].
+
+  Returns:
+    [K] float64 labels in {0, 1} or NaN.
+  """
+  q = np.asarray(q, np.float64)
+  previous = np.concatenate([[v], q[:-1]])
+  out = (q >= ratio * previous).astype(np.float64)
+  return np.where(np.isnan(q) | np.isnan(previous), np.nan, out)
+
+
 @dataclasses.dataclass
 class Solution:
   """A sampled solution to label (host data).

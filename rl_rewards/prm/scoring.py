@@ -14,6 +14,11 @@ Every scorer returns step scores in [0, 1]:
   v_init is σ(head output at the prompt's last token). A PRM trained on
   hard labels predicts P(step k correct); a PAV trained on soft Monte-Carlo
   labels predicts Q^π(prefix through step k) and V^π(question).
+* `generative_step_scores`: the decoder's LM head as a verifier: step k's
+  score is the probability the model gives to the step's tokens,
+  Π_{t in step k} π_φ(y_t | y_<t) (at initialisation from the policy, the
+  policy's own confidence in the step); v_init is σ(score head at the
+  prompt's last token). A wrong step is one the verifier would not write.
 * `implicit_step_scores`: an implicit PRM (Yuan et al., spec §1.4),
   q_t = β Σ_{u ≤ t} log π_φ(y_u)/π_ref(y_u); step score σ(q at the step's
   last token) and v_init = σ(0) = ½.
@@ -22,8 +27,9 @@ Every scorer returns step scores in [0, 1]:
 * `RandomScorer`: i.i.d. uniform scores, the floor of every metric.
 
 Scorer objects share `score_batch(batch) -> dict` on a `SolutionBatch`;
-model scorers also expose `score_rollout(tokens, attention_mask, step_ids)`,
-jitted once, which the RL stage calls on every rollout batch.
+model scorers (`ModelScorer`) also expose `score_rollout(tokens,
+attention_mask, step_ids)`, jitted once, which the RL stage calls on every
+rollout batch.
 """
 
 import dataclasses
@@ -35,6 +41,7 @@ import numpy as np
 
 from rl_rewards import core
 from rl_rewards import models
+from rl_rewards.tasks import segmentation
 
 
 def _prompt_end_index(attention_mask, step_ids):
@@ -97,6 +104,47 @@ def head_step_scores(model_config, params, tokens, attention_mask, step_ids,
       attention_mask, step_ids, num_steps)
 
 
+def generative_step_log_probs(model_config, params, tokens, attention_mask,
+                              step_ids, num_steps: int):
+  """[B, S] log Π_{t in step k} π(y_t | y_<t) = Σ_t log π over the step."""
+  logp = models.token_logprobs(model_config, params, tokens, attention_mask)
+  return core.tokens_to_steps(jnp.where(step_ids >= 0, logp, 0.0), step_ids,
+                              num_steps, reduce="sum")
+
+
+def prompt_value_logits(model_config, params, tokens, attention_mask,
+                        step_ids):
+  """[B] score-head logits at the prompt's last token (V of the question)."""
+  logits = head_logits(model_config, params, tokens, attention_mask)
+  prompt_end = _prompt_end_index(attention_mask, step_ids)
+  return jnp.take_along_axis(logits, prompt_end[:, None], axis=1)[:, 0]
+
+
+def generative_step_scores(model_config, params, tokens, attention_mask,
+                           step_ids, num_steps: int):
+  """Step scores of a generative PRM (parameters with "lm" and "score").
+
+  Args:
+    model_config: the decoder's `ModelConfig`.
+    params: parameters with an "lm" and a "score" head.
+    tokens: [B, T] token ids.
+    attention_mask: [B, T].
+    step_ids: [B, T] step ids clamped to S slots.
+    num_steps: static S.
+
+  Returns:
+    (step_scores [B, S] = exp(Σ_{t in step} log π), step_mask [B, S],
+     v_init [B] = σ(score head at the prompt's last token)).
+  """
+  step_logp = generative_step_log_probs(model_config, params, tokens,
+                                        attention_mask, step_ids, num_steps)
+  step_mask = core.step_mask_from_ids(step_ids, num_steps)
+  v_logit = prompt_value_logits(model_config, params, tokens, attention_mask,
+                                step_ids)
+  return (jnp.where(step_mask, jnp.exp(step_logp), 0.0), step_mask,
+          jax.nn.sigmoid(v_logit))
+
+
 def implicit_log_ratios(model_config, params, ref_params, tokens,
                         attention_mask):
   """[B, T] log π_φ(y_t) − log π_ref(y_t) (0 where a token has no context)."""
@@ -146,6 +194,84 @@ class SolutionBatch:
   texts: Optional[Sequence[str]] = None
 
 
+def layout_solutions(prompt_ids, response_ids, *, prompt_width: int,
+                     response_budget: int, pad_id: int):
+  """Token lists -> the sampler's layout: P prompt slots, then G response.
+
+  Args:
+    prompt_ids: B lists of real prompt tokens (left-padded into P slots).
+    response_ids: B lists of response tokens (right-padded into G slots).
+    prompt_width: P.
+    response_budget: G.
+    pad_id: the padding id.
+
+  Returns:
+    ([B, P+G] tokens, attention_mask, response_mask), int32 numpy.
+
+  Raises:
+    ValueError: naming the first solution that does not fit.
+  """
+  count = len(prompt_ids)
+  width = prompt_width + response_budget
+  tokens = np.full((count, width), pad_id, np.int32)
+  attention = np.zeros((count, width), np.int32)
+  response = np.zeros((count, width), np.int32)
+  for i, (prompt, resp) in enumerate(zip(prompt_ids, response_ids)):
+    if len(prompt) > prompt_width or len(resp) > response_budget:
+      raise ValueError(f"solution {i}: prompt {len(prompt)} / response "
+                       f"{len(resp)} tokens exceed P={prompt_width} / "
+                       f"G={response_budget}.")
+    tokens[i, prompt_width - len(prompt):prompt_width] = prompt
+    attention[i, prompt_width - len(prompt):prompt_width] = 1
+    tokens[i, prompt_width:prompt_width + len(resp)] = resp
+    attention[i, prompt_width:prompt_width + len(resp)] = 1
+    response[i, prompt_width:prompt_width + len(resp)] = 1
+  return tokens, attention, response
+
+
+def make_solution_batch(task, problems, prompt_ids, response_ids, *,
+                        prompt_width: int, response_budget: int,
+                        num_steps: int, rows: int = 0) -> SolutionBatch:
+  """A `SolutionBatch` in the policy's layout from token lists.
+
+  Args:
+    task: the task adapter (tokenizer ids, delimiter mask, decoding).
+    problems: B problems.
+    prompt_ids: B lists of real prompt tokens (left-padded into P slots).
+    response_ids: B lists of response tokens (EOS included if finished).
+    prompt_width: P.
+    response_budget: G.
+    num_steps: S; step ids ≥ S − 1 are merged into the last slot.
+    rows: pad the batch to this many rows by repeating the first solution
+      (so that every call has one shape); 0: no padding.
+
+  Returns:
+    The batch; `problems` and `texts` cover the padded rows too.
+  """
+  count = len(response_ids)
+  if not count:
+    raise ValueError("make_solution_batch needs at least one solution.")
+  if rows and rows < count:
+    raise ValueError(f"rows={rows} is smaller than the {count} solutions.")
+  extra = max(rows - count, 0)
+  problems = list(problems) + [problems[0]] * extra
+  prompt_ids = list(prompt_ids) + [prompt_ids[0]] * extra
+  response_ids = list(response_ids) + [response_ids[0]] * extra
+  tokenizer = task.tokenizer
+  tokens, attention, response = layout_solutions(
+      prompt_ids, response_ids, prompt_width=prompt_width,
+      response_budget=response_budget, pad_id=tokenizer.pad_id)
+  step_ids = np.asarray(segmentation.step_ids_from_tokens(
+      tokens, response, task.delimiter_mask(), eos_id=tokenizer.eos_id))
+  step_ids = np.where(step_ids < 0, step_ids,
+                      np.minimum(step_ids, num_steps - 1)).astype(np.int32)
+  texts = task.decode_responses(tokens[:, prompt_width:],
+                                response[:, prompt_width:])
+  return SolutionBatch(tokens=tokens, attention_mask=attention,
+                       step_ids=step_ids, num_steps=num_steps,
+                       problems=problems, texts=texts)
+
+
 def _to_host(scores):
   step_scores, step_mask, v_init = jax.device_get(scores)
   return {"step_scores": np.asarray(step_scores, np.float32),
@@ -153,51 +279,57 @@ def _to_host(scores):
           "v_init": np.asarray(v_init, np.float32)}
 
 
-class HeadScorer:
-  """A score-head PRM or PAV; the forward pass is jitted once per shape."""
+class ModelScorer:
+  """A learned verifier: a score function jitted once, with its parameters.
 
-  def __init__(self, model_config, params, num_steps: int):
-    self.model_config = model_config
-    self.params = params
+  `score_fn(*params, tokens, attention_mask, step_ids)` returns
+  (step_scores, step_mask, v_init); see `head_scorer`, `generative_scorer`
+  and `implicit_scorer`.
+  """
+
+  def __init__(self, score_fn, params: Sequence[Any], num_steps: int):
+    self.params = tuple(params)
     self.num_steps = int(num_steps)
-    self._score = jax.jit(
-        lambda p, t, m, s: head_step_scores(model_config, p, t, m, s,
-                                            self.num_steps))
+    self._score = jax.jit(score_fn)
 
   def score_rollout(self, tokens, attention_mask, step_ids) -> dict:
-    """`{"step_scores" [B, S], "v_init" [B]}` as device arrays (RL stage)."""
-    step_scores, _, v_init = self._score(self.params, tokens, attention_mask,
-                                         step_ids)
-    return {"step_scores": step_scores, "v_init": v_init}
+    """`{"step_scores" [B, S], "v_init" [B]}` as device arrays (RL stage).
 
-  def score_batch(self, batch: SolutionBatch) -> dict:
-    _check_slots(batch, self.num_steps)
-    return _to_host(self._score(self.params, batch.tokens,
-                                batch.attention_mask, batch.step_ids))
-
-
-class ImplicitScorer:
-  """An implicit PRM: β·log-ratio of a trained model to a reference."""
-
-  def __init__(self, model_config, params, ref_params, num_steps: int, *,
-               beta: float):
-    self.model_config = model_config
-    self.params = params
-    self.ref_params = ref_params
-    self.num_steps = int(num_steps)
-    self._score = jax.jit(
-        lambda p, r, t, m, s: implicit_step_scores(
-            model_config, p, r, t, m, s, self.num_steps, beta=beta))
-
-  def score_rollout(self, tokens, attention_mask, step_ids) -> dict:
-    step_scores, _, v_init = self._score(self.params, self.ref_params, tokens,
+    `step_ids` must already be clamped to the scorer's S slots.
+    """
+    step_scores, _, v_init = self._score(*self.params, tokens,
                                          attention_mask, step_ids)
     return {"step_scores": step_scores, "v_init": v_init}
 
   def score_batch(self, batch: SolutionBatch) -> dict:
+    """Host numpy `step_scores`, `step_mask` and `v_init` of a batch."""
     _check_slots(batch, self.num_steps)
-    return _to_host(self._score(self.params, self.ref_params, batch.tokens,
+    return _to_host(self._score(*self.params, batch.tokens,
                                 batch.attention_mask, batch.step_ids))
+
+
+def head_scorer(model_config, params, num_steps: int) -> ModelScorer:
+  """A score-head PRM or PAV (`head_step_scores`)."""
+  return ModelScorer(
+      lambda p, t, m, s: head_step_scores(model_config, p, t, m, s,
+                                          num_steps), (params,), num_steps)
+
+
+def generative_scorer(model_config, params, num_steps: int) -> ModelScorer:
+  """A generative PRM (`generative_step_scores`)."""
+  return ModelScorer(
+      lambda p, t, m, s: generative_step_scores(model_config, p, t, m, s,
+                                                num_steps), (params,),
+      num_steps)
+
+
+def implicit_scorer(model_config, params, ref_params, num_steps: int, *,
+                    beta: float) -> ModelScorer:
+  """An implicit PRM against `ref_params` (`implicit_step_scores`)."""
+  return ModelScorer(
+      lambda p, r, t, m, s: implicit_step_scores(
+          model_config, p, r, t, m, s, num_steps, beta=beta),
+      (params, ref_params), num_steps)
 
 
 def _check_slots(batch, num_steps):
@@ -241,12 +373,9 @@ class OracleScorer:
     num_steps = np.maximum(step_ids.max(axis=1) + 1, 0)
     scores = np.zeros((count, batch.num_steps), np.float32)
     for b, labels in enumerate(scored.step_labels):
-      merged = merge_step_labels(labels, batch.num_steps)
-      if len(merged) != num_steps[b]:
-        raise ValueError(
-            f"solution {b}: the checker found {len(merged)} steps in "
-            f"{batch.texts[b]!r} but the tokens have {num_steps[b]}; text "
-            "and token segmentation disagree.")
+      # Text and token steps agree except when the response holds special
+      # tokens (PAD, BOS) that decoding drops; extra token steps are wrong.
+      merged = merge_step_labels(labels, batch.num_steps)[:num_steps[b]]
       scores[b, :len(merged)] = merged
     if self.as_value:
       scores = np.cumprod(scores, axis=1)

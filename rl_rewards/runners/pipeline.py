@@ -19,6 +19,7 @@ from rl_rewards import metrics as metrics_lib
 from rl_rewards import models
 from rl_rewards.models import hf as hf_lib
 from rl_rewards.runners import context as context_lib
+from rl_rewards.runners import prm_stages
 from rl_rewards.runners import rl
 from rl_rewards.runners import sft
 from rl_rewards.runners import tasks as tasks_lib
@@ -146,13 +147,11 @@ def run(config, workdir: str) -> dict:
       params, summary = sft.run(ctx, params)
       sft_params = params
     elif stage in ("labels", "prm", "prm_eval"):
-      from rl_rewards.runners import prm_stages  # pylint: disable=g-import-not-at-top
       if sft_params is None:
         raise config_lib.ConfigError(
             f"config.stages: the {stage} stage needs the sft stage before it.")
       if stage == "labels":
-        label_path = prm_stages.run_labels(ctx, sft_params)
-        summary = {"labels/path": label_path}
+        label_path, summary = prm_stages.run_labels(ctx, sft_params)
       elif stage == "prm":
         prm_params, summary = prm_stages.run_prm_train(ctx, sft_params,
                                                        label_path)
@@ -163,6 +162,10 @@ def run(config, workdir: str) -> dict:
       if params is None:
         raise config_lib.ConfigError(
             "config.stages: the rl stage needs a policy; run sft first.")
+      if scorer is None and config.prm.init_from:
+        # A verifier trained by another run (`prm.init_from`).
+        prm_params, _ = prm_stages.load_finished_prm(ctx, config.prm.init_from)
+        scorer = prm_stages.load_scorer(ctx, prm_params)
       params, summary = rl.run(ctx, params, ref_params=sft_params, prm=scorer)
     elif stage == "sft_continue":
       if sft_params is None:
@@ -182,12 +185,18 @@ def run(config, workdir: str) -> dict:
 
 
 def _print_summary(summary):
+  """One line per stage: its headline numbers and time."""
   print("\n=== summary ===")
   for stage, values in summary["stages"].items():
-    acc = values.get("eval/accuracy")
-    extra = ", ".join(f"{k} {v:.3f}" for k, v in sorted(values.items())
-                      if k.startswith("eval/pass@"))
-    print(f"{stage:>4}: held-out accuracy "
-          f"{acc:.3f}{'; ' + extra if extra else ''}"
-          f" ({summary['stage_time_s'][stage]:.0f} s)")
+    numbers = {k: v for k, v in sorted(values.items())
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if "eval/accuracy" in numbers:
+      shown = ["eval/accuracy"] + [k for k in numbers
+                                   if k.startswith("eval/pass@")]
+      text = "held-out accuracy " + "; ".join(
+          f"{numbers[k]:.3f}" if k == "eval/accuracy" else
+          f"{k} {numbers[k]:.3f}" for k in shown)
+    else:
+      text = ", ".join(f"{k} {v:.4g}" for k, v in list(numbers.items())[:6])
+    print(f"{stage:>8}: {text} ({summary['stage_time_s'][stage]:.0f} s)")
   print(f"wall time {summary['wall_time_s']:.0f} s", flush=True)

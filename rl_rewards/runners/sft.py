@@ -21,6 +21,7 @@ from rl_rewards import checkpoints
 from rl_rewards import config_lib
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import models
+from rl_rewards.data import order
 from rl_rewards.runners import context as context_lib
 from rl_rewards.runners import evaluation
 from rl_rewards.sharding import mesh as mesh_lib
@@ -32,16 +33,9 @@ STAGE = "sft"
 
 def _batch_indices(sft_config, seed, step):
   size, batch = sft_config.dataset_size, sft_config.batch_size
-  if size <= 0:
+  if size <= 0:  # Fresh problems every step.
     return np.arange(step * batch, (step + 1) * batch)
-  # Fixed dataset: epoch e visits a permutation seeded by (seed, e).
-  positions = np.arange(step * batch, (step + 1) * batch)
-  out = np.empty_like(positions)
-  for epoch in np.unique(positions // size):
-    perm = np.random.default_rng([seed, int(epoch)]).permutation(size)
-    sel = positions // size == epoch
-    out[sel] = perm[positions[sel] % size]
-  return out
+  return order.epoch_order(size, batch, seed, step)
 
 
 def make_batch(ctx, step: int):
@@ -61,15 +55,7 @@ def make_tx(sft_config):
 
 def load_finished(ctx, workdir: str):
   """The policy and summary of a finished SFT stage in another workdir."""
-  ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints", STAGE))
-  done = ckpt.done_info()
-  if done is None:
-    ckpt.close()
-    raise config_lib.ConfigError(
-        f"config.sft.init_from: {workdir} has no finished SFT stage "
-        f"(no {STAGE} checkpoint marked done).")
-  state = ckpt.restore_raw(done["step"])
-  ckpt.close()
+  state, done = checkpoints.restore_finished(workdir, STAGE, "sft.init_from")
   params = context_lib.place_params(ctx, state["params"])
   print(f"[sft] reusing the finished SFT policy of {workdir} "
         f"(step {done['step']})")

@@ -319,3 +319,82 @@ class TestSharding:
                                **kwargs)
     np.testing.assert_array_equal(out.tokens, reference.tokens)
     np.testing.assert_allclose(out.logprobs, reference.logprobs, atol=1e-5)
+
+
+class TestStopMask:
+
+  @pytest.fixture(scope="class")
+  def free_run(self, params):
+    """Greedy continuations without EOS (no row ends early)."""
+    tokens, _, _ = reference_greedy(params, PROMPTS, PROMPT_MASK, NEW,
+                                    eos_id=-1, pad_id=PAD)
+    return tokens[:, 5:]
+
+  def _sample(self, params, stop_tokens, eos_id=None):
+    stop = np.isin(np.arange(VOCAB), stop_tokens)
+    return sampler.sample(CFG, params, PROMPTS, PROMPT_MASK,
+                          jax.random.key(0), max_new_tokens=NEW,
+                          temperature=0.0, eos_id=eos_id, pad_id=PAD,
+                          stop_mask=stop)
+
+  def test_rows_stop_after_the_first_stop_token(self, params, free_run):
+    # Stop on the token greedy decoding emits second in row 0.
+    stop_token = int(free_run[0, 1])
+    out = self._sample(params, [stop_token])
+    for b in range(2):
+      hits = np.nonzero(free_run[b] == stop_token)[0]
+      response = np.asarray(out.tokens[b, 5:])
+      if hits.size:
+        end = int(hits[0])
+        np.testing.assert_array_equal(response[:end + 1],
+                                      free_run[b, :end + 1])
+        assert (response[end + 1:] == PAD).all()
+        np.testing.assert_array_equal(out.response_mask[b, 5:],
+                                      np.arange(NEW) <= end)
+        assert out.lengths[b] == end + 1
+        assert out.stopped[b] and not out.truncated[b]
+      else:
+        np.testing.assert_array_equal(response, free_run[b])
+        assert out.truncated[b] and not out.stopped[b]
+    assert out.stopped[0]  # Guaranteed by the choice of the stop token.
+
+  def test_eos_before_a_stop_token_is_not_stopped(self, params, free_run):
+    eos = int(free_run[0, 0])
+    later = [int(t) for t in free_run[0, 1:] if t != eos]
+    stop_token = later[0] if later else (eos + 1) % VOCAB
+    out = self._sample(params, [stop_token], eos_id=eos)
+    assert out.lengths[0] == 1
+    assert not out.stopped[0] and not out.truncated[0]
+
+  def test_stop_token_ends_its_step(self, params, free_run):
+    # The stop token is also the delimiter: the response is exactly one
+    # step ending at the stop token (what step-level search relies on).
+    stop_token = int(free_run[0, 1])
+    stop = np.arange(VOCAB) == stop_token
+    out = sampler.sample(CFG, params, PROMPTS, PROMPT_MASK,
+                         jax.random.key(0), max_new_tokens=NEW,
+                         temperature=0.0, eos_id=None, pad_id=PAD,
+                         delimiter_mask=stop, stop_mask=stop)
+    ids = np.asarray(out.step_ids[0])
+    assert set(ids[ids >= 0].tolist()) == {0}
+
+  def test_default_has_no_stopped_rows_and_no_recompile(self, params):
+    kwargs = dict(max_new_tokens=NEW, temperature=0.0, eos_id=None,
+                  pad_id=PAD)
+    plain = sampler.sample(CFG, params, PROMPTS, PROMPT_MASK,
+                           jax.random.key(0), **kwargs)
+    assert not np.asarray(plain.stopped).any()
+    first = self._sample(params, [3])
+    jax.block_until_ready(first)
+    before = sampler._jit_sample._cache_size()
+    # Another mask of the same shape, and the default again: no new trace.
+    jax.block_until_ready(self._sample(params, [4, 5]))
+    jax.block_until_ready(sampler.sample(CFG, params, PROMPTS, PROMPT_MASK,
+                                         jax.random.key(1), **kwargs))
+    assert sampler._jit_sample._cache_size() == before
+
+  def test_bad_stop_mask_shape(self, params):
+    with pytest.raises(ValueError, match="stop_mask"):
+      sampler.sample(CFG, params, PROMPTS, PROMPT_MASK, jax.random.key(0),
+                     max_new_tokens=NEW, temperature=0.0, eos_id=None,
+                     pad_id=PAD, stop_mask=np.zeros(3, bool))

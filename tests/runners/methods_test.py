@@ -15,12 +15,14 @@ from rl_rewards.runners import credit
 from rl_rewards.runners import pipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-CONFIGS = ("grpo", "drgrpo", "rloo", "ppo", "prime", "oracle")
+CONFIGS = ("grpo", "drgrpo", "rloo", "ppo", "prime", "oracle", "pav", "pure",
+           "clip_delta")
 
 
-def _config(name, sft_dir, **overrides):
+def _config(name, sft_dir, arg="", **overrides):
   config = cli.load_config_file(
-      os.path.join(ROOT, "configs", f"{name}.py") + f":size=test,sft={sft_dir}")
+      os.path.join(ROOT, "configs", f"{name}.py") +
+      f":size=test,sft={sft_dir}" + (f",{arg}" if arg else ""))
   for key, value in overrides.items():
     section, field = key.split(".")
     config[section][field] = value
@@ -64,6 +66,32 @@ def test_prime_implicit_rewards_are_zero_at_initialisation(sft_dir, tmp_path):
   assert records[1]["prm/implicit_reward_abs_mean"] == 0.0
   # After one CE update the PRM differs from the reference.
   assert records[2]["prm/implicit_reward_abs_mean"] > 0.0
+
+
+def _rl_records(workdir):
+  return [{k: v for k, v in r.items() if k.startswith(("train/", "prm/"))}
+          for r in metrics_lib.read_metrics(workdir)
+          if r["stage"] == "rl" and "train/loss" in r]
+
+
+def test_process_reward_stages_are_reused_across_runs(sft_dir, tmp_path):
+  first = str(tmp_path / "pav")
+  summary = pipeline.run(_config("pav", sft_dir), first)
+  assert os.path.exists(os.path.join(first, "labels", "manifest.json"))
+  # PURE on the same Monte-Carlo labels: the label set is read, not redone.
+  second = str(tmp_path / "pure")
+  pure = pipeline.run(_config("pure", sft_dir, f"labels={first}"), second)
+  assert not os.path.exists(os.path.join(second, "labels"))
+  assert (pure["stages"]["labels"]["labels/solutions"] ==
+          summary["stages"]["labels"]["labels/solutions"])
+  assert pure["stages"]["prm"]["prm/steps"] >= 1  # Its own (hard-label) PRM.
+  # PAV with the first run's verifier: only sft and rl run, and the RL
+  # stage is the same computation as in the first run.
+  third = str(tmp_path / "pav_again")
+  again = pipeline.run(_config("pav", sft_dir, f"prm={first}"), third)
+  assert set(again["stages"]) == {"sft", "rl"}
+  assert not os.path.exists(os.path.join(third, "checkpoints", "prm"))
+  assert _rl_records(third) == _rl_records(first)
 
 
 def _random_batch(rng, batch=8, length=12, num_steps=4):
@@ -135,7 +163,7 @@ class _Crash(Exception):
   pass
 
 
-@pytest.mark.parametrize("name", ["ppo", "prime"])
+@pytest.mark.parametrize("name", ["ppo", "prime", "pav"])
 def test_resume_mid_rl_reproduces_the_uninterrupted_run(name, sft_dir,
                                                         tmp_path, monkeypatch):
   overrides = {"rl.steps": 3, "rl.checkpoint_every_steps": 1}
@@ -155,8 +183,4 @@ def test_resume_mid_rl_reproduces_the_uninterrupted_run(name, sft_dir,
       pipeline.run(_config(name, sft_dir, **overrides), resumed)
   pipeline.run(_config(name, sft_dir, **overrides), resumed)
 
-  def train_records(workdir):
-    return [{k: v for k, v in r.items() if k.startswith(("train/", "prm/"))}
-            for r in metrics_lib.read_metrics(workdir)
-            if r["stage"] == "rl" and "train/loss" in r]
-  assert train_records(resumed) == train_records(reference)
+  assert _rl_records(resumed) == _rl_records(reference)

@@ -56,7 +56,10 @@ def test_workdir_contract(uninterrupted):
     assert os.path.exists(os.path.join(workdir, name)), name
   assert os.path.isdir(os.path.join(workdir, "checkpoints", "sft"))
   on_disk = metrics_lib.read_json(os.path.join(workdir, "summary.json"))
-  assert set(on_disk["stages"]) == {"sft", "rl"}
+  # The default job is the PAV pipeline.
+  assert set(on_disk["stages"]) == {"sft", "labels", "prm", "rl"}
+  assert os.path.exists(os.path.join(workdir, "labels", "manifest.json"))
+  assert os.path.isdir(os.path.join(workdir, "checkpoints", "prm"))
   for stage in ("sft", "rl"):
     assert 0.0 <= on_disk["stages"][stage]["eval/accuracy"] <= 1.0
   assert on_disk["wall_time_s"] > 0

@@ -1,0 +1,43 @@
+"""PAV: process advantage verifier rewards (Setlur et al., 2410.08146).
+
+    python -m experiments.train --config=configs/pav.py --workdir=runs/pav
+    python -m experiments.train --config=configs/pav.py:sft=runs/s0 \\
+        --workdir=runs/pav_s0                    # reuse a finished SFT policy
+    python -m experiments.train --config=configs/pav.py:prm=runs/pav \\
+        --workdir=runs/pav_again                 # reuse SFT policy + verifier
+
+Stages: sft -> labels -> prm -> rl. The SFT policy samples solutions to
+train problems and every step prefix gets `labels.num_rollouts` Monte-Carlo
+continuations from the same (base) policy: Q-hat = fraction correct. A
+score-head verifier initialised from the policy is trained on Q-hat (soft
+cross-entropy), so it predicts Q^pi of each step and V^pi of the question.
+RL uses the effective reward of PAV: every token of step k gets the group
+outcome advantage plus alpha * A^mu_k, where A^mu_k = Q^mu_k - Q^mu_{k-1}
+is the progress under a Best-of-K prover, Q^mu = 1 - (1 - Q^pi)^K.
+`alpha=0` is exactly outcome-only GRPO.
+
+What to expect on 2 CPU cores (tiny model): labels about 30 s, verifier
+training about 40 s, then RL at the cost of GRPO plus one verifier forward
+pass per step; the summary prints accuracy after SFT and after RL, and the
+verifier's validation error.
+"""
+
+from rl_rewards import config_lib
+
+
+def get_config(arg=None):
+  arg = config_lib.parse_arg(arg, size="tiny", sft="", labels="", prm="",
+                             alpha=0.5, k=4)
+  config = config_lib.base_config()
+  config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
+                             prm=arg.prm, model="head", target="soft")
+  config.rl.method = "pav"
+  config.rl.pav_alpha = arg.alpha
+  config.rl.prover_k = arg.k
+  return config_lib.apply_size(config, arg.size)
+
+
+def get_sweep():
+  """Effective-reward weight alpha and Best-of-K prover strength."""
+  return [{"rl.pav_alpha": alpha, "rl.prover_k": k}
+          for alpha in (0.25, 0.5, 1.0) for k in (1, 4)]

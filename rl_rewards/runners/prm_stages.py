@@ -1,0 +1,803 @@
+"""The PRM stages: labels -> prm -> prm_eval, and the scorer the RL stage uses.
+
+    label_path, summary = run_labels(ctx, policy_params)  # stage "labels"
+    prm, summary = run_prm_train(ctx, policy_params, label_path)  # "prm"
+    summary = run_prm_eval(ctx, policy_params, prm)       # stage "prm_eval"
+    scorer = load_scorer(ctx, prm)    # .score_rollout(...) for the RL stage
+
+* labels: the policy samples `samples_per_problem` solutions for each of
+  `num_problems` train problems (indices from `LABEL_INDEX_OFFSET`, a stream
+  separate from SFT and RL), and every step prefix is labelled with the
+  prover's Monte-Carlo rollouts (`prm.labels`). Shards of
+  `problems_per_shard` problems are written to `<workdir>/labels/` as they
+  finish; a killed run resumes after the last complete shard, and every
+  shard's randomness depends only on (seed, shard).
+* prm: a score-head PRM/PAV (backbone initialised from the policy) trained
+  with cross-entropy on the labels, or an implicit PRM (a copy of the
+  policy trained on outcome labels); batches are a pure function of the
+  step, so training resumes exactly from its checkpoint.
+* prm_eval: ProcessBench-style first-error F1 (threshold chosen on separate
+  validation problems), step AUROC and Best-of-N accuracy, next to the
+  task's oracle PRM and a random scorer.
+
+Each stage is reused once finished (`Checkpointer.done_info()`), or taken
+from another workdir with `labels.init_from` / `prm.init_from`.
+"""
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rl_rewards import checkpoints
+from rl_rewards import config_lib
+from rl_rewards import core
+from rl_rewards import metrics as metrics_lib
+from rl_rewards import models
+from rl_rewards.data import order
+from rl_rewards.prm import evaluation as prm_eval_lib
+from rl_rewards.prm import label_store
+from rl_rewards.prm import labels as labels_lib
+from rl_rewards.prm import scoring
+from rl_rewards.prm import search as search_lib
+from rl_rewards.prm import training
+from rl_rewards.runners import context as context_lib
+from rl_rewards.sharding import mesh as mesh_lib
+from rl_rewards.train import optim
+
+LABELS_STAGE = "labels"
+PRM_STAGE = "prm"
+EVAL_STAGE = "prm_eval"
+# Problem indices of the labelling stream (SFT uses 0.., RL 10_000_000..).
+LABEL_INDEX_OFFSET = 20_000_000
+AGGREGATIONS = ("min", "last", "product", "mean")
+
+
+def run_config(workdir: str):
+  """The resolved config a run was started with (its `config.json`)."""
+  path = os.path.join(workdir, metrics_lib.CONFIG_FILE)
+  if not os.path.exists(path):
+    raise config_lib.ConfigError(f"{workdir} holds no run ({path} is "
+                                 "missing).")
+  config = config_lib.base_config()
+  _update(config, metrics_lib.read_json(path), "config")
+  return config
+
+
+def _update(section, values, where):
+  for key, value in values.items():
+    if key not in section:
+      raise config_lib.ConfigError(f"{where}.{key}: unknown key.")
+    if isinstance(value, dict):
+      _update(section[key], value, f"{where}.{key}")
+    else:
+      section[key] = value
+
+
+def run_policy_and_prm(ctx, workdir: str):
+  """The policy and trained PRM of a finished run (following init_from)."""
+  config = run_config(workdir)
+  policy = load_stage_params(ctx, config.sft.init_from or workdir, "sft",
+                             "sft.init_from")
+  prm, _ = load_finished_prm(ctx, config.prm.init_from or workdir)
+  return policy, prm
+
+
+def label_dir(workdir: str) -> str:
+  return os.path.join(workdir, "labels")
+
+
+def policy_sampler(ctx, params, *, temperature: float,
+                   max_new_tokens: int = 0) -> labels_lib.PolicySampler:
+  """A `PolicySampler` on the run's mesh (rows split over the data axes)."""
+  task = ctx.task
+  return labels_lib.PolicySampler(
+      ctx.model_config, params, eos_id=task.tokenizer.eos_id,
+      pad_id=task.tokenizer.pad_id, delimiter_mask=task.delimiter_mask(),
+      max_new_tokens=max_new_tokens or task.max_new_tokens,
+      temperature=temperature,
+      place=lambda batch: mesh_lib.put_batch(batch, ctx.mesh),
+      to_host=mesh_lib.to_host,
+      row_multiple=mesh_lib.batch_axis_size(ctx.mesh))
+
+
+def load_stage_params(ctx, workdir: str, stage: str, key: str):
+  """Final parameters of a finished `sft` or `rl` stage of another run
+  (`key`: the config key that named `workdir`, for errors)."""
+  state, _ = checkpoints.restore_finished(workdir, stage, key)
+  params = state["policy"]["params"] if "policy" in state else state["params"]
+  return context_lib.place_params(ctx, params)
+
+
+# ---------------------------------------------------------------- labels ---
+
+
+def _oracle_fields(task, solutions):
+  if not getattr(task, "has_step_labels", False):
+    return [(None, None)] * len(solutions)
+  scored = task.score([s.problem for s in solutions],
+                      [s.text for s in solutions],
+                      np.ones((len(solutions),), bool))
+  return [([bool(x) for x in labels], int(first)) for labels, first in
+          zip(scored.step_labels, scored.first_error)]
+
+
+def label_shard(ctx, policy, prover, shard: int) -> tuple[list, dict]:
+  """Samples and labels the solutions of one shard; returns records, stats."""
+  cfg, task = ctx.config.labels, ctx.task
+  first = shard * cfg.problems_per_shard
+  count = min(cfg.problems_per_shard, cfg.num_problems - first)
+  start = LABEL_INDEX_OFFSET + first
+  problems = task.problems("train", start, count)
+  tokens, mask = task.encode_prompts(problems)
+  prompts = labels_lib.response_rows(tokens, mask)
+  n = cfg.samples_per_problem
+  samples = policy.sample(tokens, mask, ctx.rng("labels/solutions", shard),
+                          num_samples=n)
+  rows = [i for i in range(count) for _ in range(n)]
+  solutions = labels_lib.solutions_from_samples(
+      task, [problems[i] for i in rows], ["train"] * len(rows),
+      [start + i for i in rows], [prompts[i] for i in rows], samples)
+  records, stats = labels_lib.LABEL_METHODS[cfg.method](
+      prover, task, solutions, num_rollouts=cfg.num_rollouts,
+      rng=ctx.rng("labels/rollouts", shard),
+      batch_size=cfg.prefix_batch_size,
+      prompt_width=task.max_prompt_len, response_budget=task.max_new_tokens)
+  out = []
+  for solution, record, (oracle, first_error) in zip(
+      solutions, records, _oracle_fields(task, solutions)):
+    out.append(dict(
+        split=solution.split, index=solution.index,
+        question=task.prompts([solution.problem])[0],
+        prompt_ids=[int(t) for t in solution.prompt_ids],
+        response_ids=[int(t) for t in solution.response_ids],
+        text=solution.text, finished=solution.finished,
+        outcome=solution.outcome, oracle=oracle, first_error=first_error,
+        **record))
+  stats["sampled_tokens"] = int(samples["lengths"].sum())
+  return out, stats
+
+
+def label_statistics(records) -> dict:
+  """Summary statistics of label records (agreement with the oracle too)."""
+  q = np.array([x for r in records for x in r["q"] if x is not None
+                and not np.isnan(x)], np.float64)
+  hard = np.array([x for r in records for x in r["hard"]], np.float64)
+  stats = {
+      "labels/solutions": len(records),
+      "labels/steps": int(hard.size),
+      "labels/outcome_mean": float(np.mean([r["outcome"] for r in records])),
+      "labels/q_mean": float(q.mean()) if q.size else float("nan"),
+      "labels/hard_positive": float(hard.mean()),
+      "labels/v_mean": float(np.nanmean(
+          [np.nan if r["v"] is None else r["v"] for r in records])),
+  }
+  with_oracle = [r for r in records if r["oracle"] is not None]
+  if with_oracle:
+    oracle = np.array([x for r in with_oracle for x in r["oracle"]], bool)
+    hard_o = np.array([x for r in with_oracle for x in r["hard"]]) > 0.5
+    first_mc = [next((k for k, h in enumerate(r["hard"]) if h < 0.5), -1)
+                for r in with_oracle]
+    stats["labels/hard_vs_oracle"] = float(np.mean(hard_o == oracle))
+    stats["labels/first_error_vs_oracle"] = float(np.mean(
+        [f == r["first_error"] for f, r in zip(first_mc, with_oracle)]))
+  return stats
+
+
+def run_labels(ctx, policy_params) -> tuple[str, dict]:
+  """Runs (or resumes, or reuses) the labelling stage.
+
+  Returns:
+    (the label directory, the label set's statistics).
+  """
+  cfg = ctx.config.labels
+  if cfg.init_from:
+    path = label_dir(cfg.init_from)
+    try:
+      manifest = label_store.read_manifest(path)
+    except ValueError as e:
+      raise config_lib.ConfigError(f"config.labels.init_from: {e}") from None
+    print(f"[labels] reusing the label set of {cfg.init_from} "
+          f"({manifest['num_solutions']} solutions)")
+    return path, {"labels/solutions": manifest["num_solutions"]}
+  path = label_dir(ctx.workdir)
+  ckpt = ctx.checkpointer(LABELS_STAGE)
+  done = ckpt.done_info()
+  if done is not None:
+    ckpt.close()
+    print(f"[labels] reusing the finished stage ({path})")
+    return path, done["summary"]
+  num_shards = -(-cfg.num_problems // cfg.problems_per_shard)
+  finished = set(label_store.complete_shards(path))
+  resume_from = 0
+  while resume_from in finished:
+    resume_from += 1
+  if finished:
+    ctx.writer.drop_after(ctx.stage_order, LABELS_STAGE, resume_from)
+    print(f"[labels] resuming after {len(finished)} complete shards")
+  prover_params = policy_params
+  if cfg.prover == "checkpoint":
+    prover_params = load_stage_params(ctx, cfg.prover_from, cfg.prover_stage,
+                                      "labels.prover_from")
+  policy = policy_sampler(ctx, policy_params, temperature=cfg.temperature)
+  prover = policy_sampler(ctx, prover_params, temperature=cfg.temperature)
+  totals = {"rollouts": 0, "generated_tokens": 0, "seconds": 0.0}
+  for shard in range(num_shards):
+    if shard in finished:
+      continue
+    t0 = time.time()
+    records, stats = label_shard(ctx, policy, prover, shard)
+    label_store.write_shard(path, shard, records)
+    seconds = time.time() - t0
+    record = label_statistics(records)
+    record.update({"labels/prefixes": stats["prefixes"],
+                   "labels/rollouts": stats["rollouts"],
+                   "labels/generated_tokens": stats["generated_tokens"],
+                   "labels/sampled_tokens": stats["sampled_tokens"],
+                   "time/shard_s": seconds,
+                   "perf/tokens_per_sec": (stats["generated_tokens"] +
+                                           stats["sampled_tokens"]) /
+                                          max(seconds, 1e-9)})
+    ctx.writer.write(LABELS_STAGE, shard + 1, record)
+    metrics_lib.print_status(metrics_lib.format_status(
+        LABELS_STAGE, shard + 1, num_shards, record,
+        ("labels/solutions", "labels/q_mean", "labels/hard_positive",
+         "labels/hard_vs_oracle", "labels/rollouts", "time/shard_s")))
+  records = label_store.read_shards(path, num_shards)
+  summary = label_statistics(records)
+  summary["labels/path"] = path
+  label_store.write_manifest(path, {
+      "num_shards": num_shards, "num_solutions": len(records),
+      "samples_per_problem": cfg.samples_per_problem,
+      "num_rollouts": cfg.num_rollouts, "method": cfg.method,
+      "prover": cfg.prover, "prover_k": cfg.prover_k,
+      "prover_from": cfg.prover_from, "delimiter": ctx.config.task.delimiter,
+      "prompt_width": ctx.task.max_prompt_len,
+      "response_budget": ctx.task.max_new_tokens})
+  ctx.writer.write(LABELS_STAGE, num_shards, summary)
+  ckpt.mark_done(num_shards, summary)
+  ckpt.close()
+  return path, summary
+
+
+# ------------------------------------------------------------------- prm ---
+
+
+@dataclasses.dataclass
+class TrainedPRM:
+  """A trained verifier, as `run_prm_train` returns it.
+
+  Attributes:
+    kind: "head" (score-head PRM/PAV), "generative" (LM head as the step
+      verifier, score head for V) or "implicit".
+    params: the model's parameters.
+    reference: the implicit PRM's reference policy (None for "head").
+    beta: the implicit PRM's β.
+  """
+  kind: str
+  params: Any
+  reference: Any = None
+  beta: float = 0.0
+
+
+def load_scorer(ctx, prm: TrainedPRM):
+  """The scorer of a trained PRM; `score_rollout` is what RL calls."""
+  num_steps = ctx.config.task.max_steps
+  if prm.kind == "implicit":
+    return scoring.implicit_scorer(ctx.model_config, prm.params,
+                                   prm.reference, num_steps, beta=prm.beta)
+  if prm.kind == "generative":
+    return scoring.generative_scorer(ctx.model_config, prm.params, num_steps)
+  return scoring.head_scorer(ctx.model_config, prm.params, num_steps)
+
+
+def _label_set_path(ctx, label_set_path):
+  if label_set_path:
+    return label_set_path
+  if ctx.config.labels.init_from:
+    return label_dir(ctx.config.labels.init_from)
+  return label_dir(ctx.workdir)
+
+
+def load_finished_prm(ctx, workdir: str):
+  """The trained PRM and summary of a finished prm stage of `workdir`."""
+  state, done = checkpoints.restore_finished(workdir, PRM_STAGE,
+                                            "prm.init_from")
+  meta = done["summary"]
+  kind = meta["prm/model"]
+  heads = MODEL_HEADS[kind]
+  params = context_lib.place_params(ctx, state["prm"]["params"], heads)
+  reference = (context_lib.place_params(ctx, state["reference"])
+               if kind == "implicit" else None)
+  print(f"[prm] reusing the trained {kind} PRM of {workdir} "
+        f"(step {done['step']})")
+  return (TrainedPRM(kind, params, reference, float(meta["prm/beta"])),
+          dict(meta, **{"prm/init_from": workdir}))
+
+
+# The heads of each PRM model's parameters.
+MODEL_HEADS = {"head": ("score",), "generative": ("lm", "score"),
+               "implicit": ("lm",)}
+
+
+def _split_groups(num_groups: int, valid_fraction: float):
+  num_valid = int(round(num_groups * valid_fraction))
+  num_valid = min(num_valid, num_groups - 1)
+  return np.arange(num_groups - num_valid), np.arange(num_groups - num_valid,
+                                                      num_groups)
+
+
+def _rows_of(groups, group_size):
+  return (np.asarray(groups)[:, None] * group_size +
+          np.arange(group_size)[None, :]).ravel()
+
+
+def _ref_logprobs(ctx, params, arrays, batch_size):
+  fn = jax.jit(lambda p, t, m: models.token_logprobs(ctx.model_config, p, t,
+                                                      m))
+  out = []
+  for start in range(0, arrays["tokens"].shape[0], batch_size):
+    rows = slice(start, start + batch_size)
+    out.append(np.asarray(fn(params, arrays["tokens"][rows],
+                             arrays["attention_mask"][rows])))
+  return np.concatenate(out)
+
+
+def _prm_batch(arrays, rows, kind):
+  keys = (("tokens", "attention_mask", "step_ids", "targets", "target_mask",
+           "v_target", "v_mask") if kind != "implicit" else
+          ("tokens", "attention_mask", "response_mask", "ref_logprobs"))
+  batch = {k: arrays[k][rows] for k in keys}
+  if kind == "implicit":
+    batch["labels"] = arrays["outcome"][rows]
+  return batch
+
+
+def _validation_metrics(ctx, prm: TrainedPRM, arrays, rows) -> dict:
+  """Step AUROC and ProcessBench F1 (τ = ½) of the PRM on held-out labels."""
+  if not len(rows):
+    return {}
+  scorer = load_scorer(ctx, prm)
+  batch = scoring.SolutionBatch(
+      tokens=arrays["tokens"][rows],
+      attention_mask=arrays["attention_mask"][rows],
+      step_ids=arrays["step_ids"][rows], num_steps=ctx.config.task.max_steps)
+  scores = scorer.score_batch(batch)
+  out = {}
+  mc_mask = arrays["target_mask"][rows] & scores["step_mask"]
+  if mc_mask.any():
+    out["prm/valid_auroc_vs_labels"] = prm_eval_lib.auroc(
+        scores["step_scores"][mc_mask],
+        arrays["targets"][rows][mc_mask] >= 0.5)
+    out["prm/valid_abs_error"] = float(np.mean(np.abs(
+        scores["step_scores"][mc_mask] - arrays["targets"][rows][mc_mask])))
+  oracle_mask = arrays["oracle_mask"][rows] & scores["step_mask"]
+  if oracle_mask.any():
+    out["prm/valid_auroc_vs_oracle"] = prm_eval_lib.auroc(
+        scores["step_scores"][oracle_mask],
+        arrays["oracle"][rows][oracle_mask])
+    predictions = prm_eval_lib.first_error_predictions(
+        scores["step_scores"], scores["step_mask"], 0.5)
+    out["prm/valid_f1_at_half"] = prm_eval_lib.processbench_metrics(
+        arrays["first_error"][rows], predictions)["f1"]
+  return out
+
+
+def run_prm_train(ctx, policy_params, label_set_path=None):
+  """Runs (or resumes, or reuses) PRM training; returns (TrainedPRM, summary).
+
+  Args:
+    ctx: the run context.
+    policy_params: the policy (backbone of a head PRM, reference and
+      initialisation of an implicit one).
+    label_set_path: the label directory (None: `labels.init_from`'s, else
+      this workdir's).
+  """
+  cfg = ctx.config.prm
+  if cfg.init_from:
+    return load_finished_prm(ctx, cfg.init_from)
+  path = _label_set_path(ctx, label_set_path)
+  try:
+    manifest, records = label_store.read_label_set(path)
+  except ValueError as e:
+    raise config_lib.ConfigError(
+        f"the prm stage needs a complete label set: {e}") from None
+  task = ctx.task
+  num_steps = ctx.config.task.max_steps
+  group_size = int(manifest["samples_per_problem"])
+  if len(records) % group_size:
+    raise ValueError(f"{path}: {len(records)} solutions are not whole groups "
+                     f"of {group_size}.")
+  if cfg.batch_size % group_size:
+    raise config_lib.ConfigError(
+        f"config.prm.batch_size={cfg.batch_size} must be a multiple of the "
+        f"label set's {group_size} solutions per problem.")
+  mesh_lib.check_batch_divides(cfg.batch_size, ctx.mesh, "config.prm")
+  prover_k = int(manifest["prover_k"]) if manifest["prover"] == "best_of_k" \
+      else 1
+  arrays = training.label_arrays(
+      records, prompt_width=task.max_prompt_len,
+      response_budget=task.max_new_tokens, num_steps=num_steps,
+      delimiter_mask=task.delimiter_mask(), eos_id=task.tokenizer.eos_id,
+      pad_id=task.tokenizer.pad_id, target=cfg.target, prover_k=prover_k,
+      progress_ratio=cfg.progress_ratio,
+      drop_after_first_negative=cfg.drop_after_first_negative)
+  train_groups, valid_groups = _split_groups(len(records) // group_size,
+                                             cfg.valid_fraction)
+  groups_per_batch = cfg.batch_size // group_size
+  kind = cfg.model
+  tx = optim.make_optimizer(
+      learning_rate=cfg.learning_rate, warmup_steps=cfg.warmup_steps,
+      weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip)
+  host_policy = jax.device_get(policy_params)
+  heads = MODEL_HEADS[kind]
+  if kind != "implicit":
+    init = models.init_from_backbone(ctx.model_config, host_policy,
+                                     ctx.rng("prm_init"), heads=heads)
+    step_fn = training.make_prm_step(
+        ctx.model_config, tx, num_steps=num_steps, model=kind,
+        value_weight=cfg.value_weight, balance_classes=cfg.balance_classes)
+  else:
+    init = host_policy
+    arrays["ref_logprobs"] = _ref_logprobs(ctx, policy_params, arrays,
+                                           cfg.batch_size)
+    step_fn = training.make_implicit_step(
+        ctx.model_config, tx, beta=cfg.implicit_beta, loss=cfg.implicit_loss,
+        group_size=group_size)
+  prm_state, prm_shardings = context_lib.create_state(
+      ctx.model_config, ctx.mesh, init, tx, heads=heads)
+  state, shardings = {"prm": prm_state}, {"prm": prm_shardings}
+  if kind == "implicit":
+    state["reference"] = context_lib.place_params(ctx, host_policy)
+    shardings["reference"] = context_lib.param_shardings(ctx.model_config,
+                                                         ctx.mesh)
+  ckpt = ctx.checkpointer(PRM_STAGE)
+  meta = {"seconds": 0.0}
+  if ckpt.latest_step() is not None:
+    state, meta = ckpt.restore(context_lib.abstract_like(state, shardings))
+    done = ckpt.done_info()
+    step = int(state["prm"].step)
+    if done is not None and done["step"] == step:
+      ckpt.close()
+      print(f"[prm] reusing the finished stage (step {step})")
+      return (TrainedPRM(kind, state["prm"].params, state.get("reference"),
+                         cfg.implicit_beta), done["summary"])
+    ctx.writer.drop_after(ctx.stage_order, PRM_STAGE, step)
+    print(f"[prm] resuming from step {step}")
+  batch_sharding = mesh_lib.batch_sharding(ctx.mesh)
+  jit_step = jax.jit(step_fn, in_shardings=(shardings["prm"], batch_sharding),
+                     out_shardings=(shardings["prm"], None),
+                     donate_argnums=0)
+  step = int(state["prm"].step)
+  seconds = float(meta["seconds"])
+  last = time.time()
+  record = {}
+  while step < cfg.steps:
+    groups = train_groups[order.epoch_order(
+        len(train_groups), groups_per_batch, ctx.config.seed, step)]
+    batch = mesh_lib.put_batch(
+        _prm_batch(arrays, _rows_of(groups, group_size), kind), ctx.mesh)
+    state["prm"], step_metrics = jit_step(state["prm"], batch)
+    step += 1
+    if step % cfg.log_every_steps == 0 or step == cfg.steps:
+      values = context_lib.host_scalars(step_metrics)
+      now = time.time()
+      seconds += now - last
+      last = now
+      record = {f"train/{k}": v for k, v in values.items()}
+      record["time/train_s"] = seconds
+      ctx.writer.write(PRM_STAGE, step, record)
+      metrics_lib.print_status(metrics_lib.format_status(
+          PRM_STAGE, step, cfg.steps, record,
+          ("train/prm_loss", "train/step_accuracy",
+           "train/pairwise_accuracy", "time/train_s")))
+    if step % cfg.checkpoint_every_steps == 0 or step == cfg.steps:
+      meta["seconds"] = seconds
+      ckpt.save(step, state, meta)
+  prm = TrainedPRM(kind, state["prm"].params, state.get("reference"),
+                   cfg.implicit_beta)
+  summary = {k: v for k, v in record.items()}
+  summary.update(_validation_metrics(
+      ctx, prm, arrays, _rows_of(valid_groups, group_size)))
+  summary.update({"prm/steps": step, "prm/seconds": seconds,
+                  "prm/model": kind, "prm/target": cfg.target,
+                  "prm/beta": cfg.implicit_beta,
+                  "prm/train_solutions": len(train_groups) * group_size,
+                  "prm/skipped_updates": int(state["prm"].skipped)})
+  ctx.writer.write(PRM_STAGE, step, {k: v for k, v in summary.items()
+                                     if not isinstance(v, str)})
+  ckpt.mark_done(step, summary)
+  ckpt.close()
+  return prm, summary
+
+
+# -------------------------------------------------------------- prm_eval ---
+
+
+def sample_solutions(ctx, policy, problems, *, num_samples: int, rng,
+                     prompts_per_batch: int, split: str = "eval"):
+  """`num_samples` solutions per problem (problem-major) as `Solution`s."""
+  task = ctx.task
+  out = []
+  for i, start in enumerate(range(0, len(problems), prompts_per_batch)):
+    chunk = list(problems[start:start + prompts_per_batch])
+    real = len(chunk)
+    chunk += [chunk[0]] * (prompts_per_batch - real)
+    tokens, mask = task.encode_prompts(chunk)
+    prompts = labels_lib.response_rows(tokens, mask)
+    samples = policy.sample(tokens, mask, jax.random.fold_in(rng, i),
+                            num_samples=num_samples)
+    keep = real * num_samples
+    samples = {k: v[:keep] for k, v in samples.items()}
+    rows = [j for j in range(real) for _ in range(num_samples)]
+    out.extend(labels_lib.solutions_from_samples(
+        task, [chunk[j] for j in rows], [split] * keep,
+        [start + j for j in rows], [prompts[j] for j in rows], samples))
+  return out
+
+
+def score_solutions(ctx, scorer, solutions, batch_rows: int) -> dict:
+  """Step scores of solutions in fixed-size batches (one compiled shape)."""
+  task = ctx.task
+  parts = []
+  for start in range(0, len(solutions), batch_rows):
+    chunk = solutions[start:start + batch_rows]
+    batch = scoring.make_solution_batch(
+        task, [s.problem for s in chunk], [s.prompt_ids for s in chunk],
+        [s.response_ids for s in chunk], prompt_width=task.max_prompt_len,
+        response_budget=task.max_new_tokens,
+        num_steps=ctx.config.task.max_steps, rows=batch_rows)
+    result = scorer.score_batch(batch)
+    parts.append({k: v[:len(chunk)] for k, v in result.items()})
+  return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _answer(task, solution):
+  if not solution.finished:
+    return None
+  steps = task.split_steps(solution.text)
+  return steps[-1].strip() or None
+
+
+def _scorers(ctx, prm):
+  scorers = {"prm": load_scorer(ctx, prm),
+             "random": scoring.RandomScorer(ctx.config.seed)}
+  if getattr(ctx.task, "has_step_labels", False):
+    scorers["oracle"] = scoring.OracleScorer(ctx.task)
+  return scorers
+
+
+def processbench_eval(ctx, policy, scorers, *, rng) -> dict:
+  """First-error F1 (threshold chosen on validation problems) and AUROC."""
+  cfg, task = ctx.config.prm_eval, ctx.task
+  batch_rows = cfg.prompts_per_batch
+  data = {}
+  for name, split, count in (("valid", "prm_valid", cfg.valid_problems),
+                             ("test", "prm_test", cfg.num_problems)):
+    problems = task.problems(split, 0, count)
+    solutions = sample_solutions(ctx, policy, problems, num_samples=1,
+                                 rng=jax.random.fold_in(rng, len(data)),
+                                 prompts_per_batch=cfg.prompts_per_batch,
+                                 split=split)
+    oracle = _oracle_fields(task, solutions)
+    data[name] = (solutions, np.array([f for _, f in oracle]),
+                  [l for l, _ in oracle])
+  out = {"prm_eval/erroneous_fraction": float(np.mean(data["test"][1] >= 0))}
+  for scorer_name, scorer in scorers.items():
+    scores = {name: score_solutions(ctx, scorer, solutions, batch_rows)
+              for name, (solutions, _, _) in data.items()}
+    threshold, valid_f1 = prm_eval_lib.select_threshold(
+        scores["valid"]["step_scores"], scores["valid"]["step_mask"],
+        data["valid"][1])
+    test = scores["test"]
+    metrics = prm_eval_lib.processbench_metrics(
+        data["test"][1], prm_eval_lib.first_error_predictions(
+            test["step_scores"], test["step_mask"], threshold))
+    at_half = prm_eval_lib.processbench_metrics(
+        data["test"][1], prm_eval_lib.first_error_predictions(
+            test["step_scores"], test["step_mask"], 0.5))
+    labels = np.zeros(test["step_scores"].shape, np.float32)
+    for b, step_labels in enumerate(data["test"][2]):
+      merged = scoring.merge_step_labels(step_labels,
+                                         ctx.config.task.max_steps)
+      labels[b, :len(merged)] = merged
+    suffix = "" if scorer_name == "prm" else f"_{scorer_name}"
+    out.update({
+        f"prm_eval/f1{suffix}": metrics["f1"],
+        f"prm_eval/acc_err{suffix}": metrics["acc_err"],
+        f"prm_eval/acc_cor{suffix}": metrics["acc_cor"],
+        f"prm_eval/threshold{suffix}": threshold,
+        f"prm_eval/valid_f1{suffix}": valid_f1,
+        f"prm_eval/f1_at_half{suffix}": at_half["f1"],
+        f"prm_eval/auroc{suffix}": prm_eval_lib.step_auroc(
+            test["step_scores"], test["step_mask"], labels),
+    })
+  return out
+
+
+def best_of_n_eval(ctx, policy, scorers, *, rng) -> dict:
+  """Best-of-N accuracy per aggregation, majority votes, oracle, pass@N."""
+  cfg, task = ctx.config.prm_eval, ctx.task
+  problems = task.problems("prm_test", 0, cfg.bon_problems)
+  m = cfg.bon_samples
+  prompts_per_batch = max(1, cfg.prompts_per_batch // min(m, 8))
+  solutions = sample_solutions(ctx, policy, problems, num_samples=m, rng=rng,
+                               prompts_per_batch=prompts_per_batch,
+                               split="prm_test")
+  correct = np.array([s.outcome for s in solutions]).reshape(-1, m)
+  lengths = np.array([len(s.response_ids) for s in solutions]).reshape(-1, m)
+  answers = [[_answer(task, s) for s in solutions[p * m:(p + 1) * m]]
+             for p in range(len(problems))]
+  sizes = [n for n in (1, 4, 16, 64, 256) if n <= m]
+  out = {}
+  for n in sizes:
+    out[f"prm_eval/pass{n}"] = prm_eval_lib.pass_at_n(correct, n)
+    out[f"prm_eval/bon{n}_majority"] = prm_eval_lib.majority_vote_accuracy(
+        answers, correct, n)
+    out[f"prm_eval/tokens{n}"] = float(lengths.mean() * n)
+  batch_rows = cfg.prompts_per_batch * 4
+  for scorer_name, scorer in scorers.items():
+    scores = score_solutions(ctx, scorer, solutions, batch_rows)
+    for aggregation in AGGREGATIONS:
+      response = aggregate_on_host(scores["step_scores"],
+                                   scores["step_mask"],
+                                   aggregation).reshape(-1, m)
+      prefix = ("prm_eval/bon{n}_" if scorer_name == "prm" else
+                f"prm_eval/bon{{n}}_{scorer_name}_")
+      for n in sizes:
+        out[prefix.format(n=n) + aggregation] = (
+            prm_eval_lib.best_of_n_accuracy(response, correct, n))
+        if scorer_name == "prm":
+          out[f"prm_eval/bon{n}_weighted_{aggregation}"] = (
+              prm_eval_lib.majority_vote_accuracy(answers, correct, n,
+                                                  weights=response))
+  return out
+
+
+def aggregate_on_host(step_scores, step_mask, aggregation) -> np.ndarray:
+  """`core.aggregate_step_scores` of host arrays, as numpy."""
+  return np.asarray(core.aggregate_step_scores(
+      jnp.asarray(step_scores), jnp.asarray(step_mask), aggregation))
+
+
+def evaluate_prm(ctx, policy_params, prm: TrainedPRM) -> dict:
+  """The full PRM evaluation (ProcessBench-style when the task has step
+  labels, Best-of-N always); returns `prm_eval/...` metrics."""
+  cfg = ctx.config.prm_eval
+  policy = policy_sampler(ctx, policy_params, temperature=cfg.temperature)
+  scorers = _scorers(ctx, prm)
+  out = {}
+  t0 = time.time()
+  if getattr(ctx.task, "has_step_labels", False):
+    out.update(processbench_eval(ctx, policy, scorers,
+                                 rng=ctx.rng("prm_eval/processbench")))
+  t1 = time.time()
+  out.update(best_of_n_eval(ctx, policy, scorers,
+                            rng=ctx.rng("prm_eval/best_of_n")))
+  out["time/processbench_s"] = t1 - t0
+  out["time/best_of_n_s"] = time.time() - t1
+  return out
+
+
+def format_eval_table(summary: dict) -> str:
+  """A human-readable table of `evaluate_prm`'s metrics."""
+  lines = []
+  if "prm_eval/f1" in summary:
+    lines.append("first-error identification (test; threshold chosen on "
+                 "validation problems)")
+    lines.append(f"  {'scorer':<8} {'F1':>6} {'acc_err':>8} {'acc_cor':>8} "
+                 f"{'tau':>5} {'F1@.5':>6} {'AUROC':>6}")
+    for name, suffix in (("prm", ""), ("oracle", "_oracle"),
+                         ("random", "_random")):
+      if f"prm_eval/f1{suffix}" not in summary:
+        continue
+      get = lambda key, s=suffix: summary[f"prm_eval/{key}{s}"]
+      lines.append(f"  {name:<8} {get('f1'):6.3f} {get('acc_err'):8.3f} "
+                   f"{get('acc_cor'):8.3f} {get('threshold'):5.2f} "
+                   f"{get('f1_at_half'):6.3f} {get('auroc'):6.3f}")
+  sizes = sorted(int(k[len("prm_eval/pass"):]) for k in summary
+                 if k.startswith("prm_eval/pass"))
+  if sizes:
+    lines.append("Best-of-N accuracy")
+    lines.append("  " + f"{'N':<22}" + "".join(f"{n:>7}" for n in sizes))
+    rows = [("majority vote", "bon{n}_majority")]
+    rows += [(f"PRM {a}", f"bon{{n}}_{a}") for a in AGGREGATIONS]
+    rows += [(f"PRM-weighted vote {a}", f"bon{{n}}_weighted_{a}")
+             for a in ("min", "last")]
+    rows += [("oracle min", "bon{n}_oracle_min"),
+             ("random last", "bon{n}_random_last"), ("pass@N", "pass{n}")]
+    for label, key in rows:
+      values = [summary.get("prm_eval/" + key.format(n=n)) for n in sizes]
+      if any(v is None for v in values):
+        continue
+      lines.append("  " + f"{label:<22}" + "".join(f"{v:7.3f}"
+                                                    for v in values))
+  return "\n".join(lines)
+
+
+def _load_prm_for_eval(ctx, prm):
+  if prm is not None:
+    return prm
+  source = ctx.config.prm.init_from or ctx.workdir
+  prm, _ = load_finished_prm(ctx, source)
+  return prm
+
+
+def run_prm_eval(ctx, policy_params, prm=None) -> dict:
+  """Runs (or reuses) the PRM evaluation stage; returns its summary."""
+  ckpt = ctx.checkpointer(EVAL_STAGE)
+  done = ckpt.done_info()
+  if done is not None:
+    ckpt.close()
+    print("[prm_eval] reusing the finished stage")
+    return done["summary"]
+  prm = _load_prm_for_eval(ctx, prm)
+  summary = evaluate_prm(ctx, policy_params, prm)
+  ctx.writer.write(EVAL_STAGE, 0, summary)
+  print(format_eval_table(summary), flush=True)
+  ckpt.mark_done(0, summary)
+  ckpt.close()
+  return summary
+
+
+# ---------------------------------------------------------------- search ---
+
+
+def search_compute_curve(ctx, policy_params, prm: TrainedPRM, *,
+                         num_problems: int, beam_widths, candidates: int,
+                         best_of_n, alpha: float, prover_k: int,
+                         aggregation: str = "last", modes=("prm", "pav"),
+                         temperature: float = 1.0, step_tokens: int = 16,
+                         split: str = "prm_test") -> dict:
+  """Accuracy against generated tokens: beam search vs PRM Best-of-N.
+
+  Returns:
+    dict with `best_of_n` and one entry per search mode: lists of
+    {"budget", "tokens_per_problem", "accuracy"} points.
+  """
+  task = ctx.task
+  problems = task.problems(split, 0, num_problems)
+  policy = policy_sampler(ctx, policy_params, temperature=temperature)
+  scorer = load_scorer(ctx, prm)
+  num_steps = ctx.config.task.max_steps
+  curves = {"best_of_n": []}
+  largest = max(best_of_n)
+  solutions = sample_solutions(ctx, policy, problems, num_samples=largest,
+                               rng=ctx.rng("search/best_of_n"),
+                               prompts_per_batch=max(1, 256 // largest),
+                               split=split)
+  scores = score_solutions(ctx, scorer, solutions, 256)
+  response = aggregate_on_host(scores["step_scores"], scores["step_mask"],
+                                   aggregation).reshape(-1, largest)
+  correct = np.array([s.outcome for s in solutions]).reshape(-1, largest)
+  lengths = np.array([len(s.response_ids) for s in solutions]).reshape(
+      -1, largest)
+  for n in sorted(best_of_n):
+    curves["best_of_n"].append({
+        "budget": n, "tokens_per_problem": float(lengths.mean() * n),
+        "accuracy": prm_eval_lib.best_of_n_accuracy(response, correct, n)})
+  for mode in modes:
+    curves[mode] = []
+    for width in beam_widths:
+      t0 = time.time()
+      result = search_lib.beam_search(
+          policy, scorer, task, problems, beam_width=width,
+          candidates=candidates, rng=ctx.rng(f"search/{mode}", width),
+          prompt_width=task.max_prompt_len,
+          response_budget=task.max_new_tokens, num_steps=num_steps,
+          step_tokens=step_tokens, max_rounds=num_steps + 2, mode=mode,
+          aggregation=aggregation, alpha=alpha, prover_k=prover_k)
+      curves[mode].append({
+          "budget": width,
+          "tokens_per_problem": float(result.generated_tokens.mean()),
+          "accuracy": float(result.correct.mean()),
+          "seconds": time.time() - t0})
+      metrics_lib.print_status(
+          f"[search] {mode} beam {width}x{candidates}: accuracy "
+          f"{result.correct.mean():.3f} at "
+          f"{result.generated_tokens.mean():.0f} tokens/problem")
+  return curves
