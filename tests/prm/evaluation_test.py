@@ -1,8 +1,6 @@
 """PRM metrics on hand-made score tables, against hand computations and
 naive references (spec/algorithms.md §3, TV-14, TV-17)."""
 
-import itertools
-
 import numpy as np
 import pytest
 
