@@ -33,6 +33,10 @@ setuptools.setup(
         "test": [
             "pytest>=8,<10",
             "pytest-xdist>=3.5,<4",
+            # Executes notebooks/quickstart.ipynb (tests/notebooks).
+            "nbclient>=0.10,<1",
+            "nbformat>=5.9,<6",
+            "ipykernel>=6.29,<8",
         ],
         # Peers for parity tests and side-by-side benchmarks (CPU torch).
         "hf": [
