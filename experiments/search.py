@@ -13,6 +13,8 @@ against compute, counted as tokens generated per problem:
   beam and round, the best B kept by the PRM score (`prm`) or by the PAV
   effective score Q + alpha * (Q^mu_k - Q^mu_{k-1}) with a Best-of-K prover
   (`pav`); the answer is the finished beam with the highest final score.
+  `oracle_prm` / `oracle_pav` run the same search with the task's step
+  checker as a perfect prover, the upper bound of a learned verifier.
 
 Sampling temperature and top-p are the same for every method. Writes
 `search.json` (the curves), `search.md` (the table, and the Best-of-N token
@@ -25,9 +27,9 @@ import os
 
 from absl import app
 from absl import flags
-import numpy as np
 
 from rl_rewards import metrics as metrics_lib
+from rl_rewards import reports
 from rl_rewards.runners import pipeline
 from rl_rewards.runners import prm_stages
 
@@ -36,7 +38,9 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Run with a trained PRM.",
 _OUTPUT = flags.DEFINE_string("output_dir", None,
                               "Output directory (default <workdir>/search).")
 _NUM_PROBLEMS = flags.DEFINE_integer("num_problems", 100, "Held-out problems.")
-_MODES = flags.DEFINE_list("modes", ["prm", "pav"], "Beam-search scores.")
+_MODES = flags.DEFINE_list(
+    "modes", ["prm", "pav"], "Beam-search scores: prm | pav | oracle_prm | "
+    "oracle_pav (the task's step checker as a perfect prover).")
 _BEAMS = flags.DEFINE_list("beam_widths", ["1", "2", "4", "8"], "Beams B.")
 _CANDIDATES = flags.DEFINE_integer("candidates", 3,
                                    "Candidate steps per beam (C).")
@@ -48,33 +52,6 @@ _AGGREGATION = flags.DEFINE_string(
     "aggregation", "min", "Step-score aggregation of Best-of-N and prm-mode "
     "beams: min | last | product | mean.")
 _TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature.")
-
-
-def tokens_to_match(curve, tokens):
-  """Best-of-N tokens interpolated (log-linear) at a given accuracy."""
-  points = sorted((p["accuracy"], p["tokens_per_problem"]) for p in curve)
-  accs = [a for a, _ in points]
-  if tokens is None or not accs or tokens > accs[-1] or tokens < accs[0]:
-    return None
-  logs = np.interp(tokens, accs, [np.log(t) for _, t in points])
-  return float(np.exp(logs))
-
-
-def format_table(curves) -> str:
-  lines = ["| method | budget | tokens / problem | accuracy | Best-of-N "
-           "tokens for the same accuracy |", "|---|---|---|---|---|"]
-  for method, curve in curves.items():
-    for point in curve:
-      match = ("" if method == "best_of_n" else
-               tokens_to_match(curves["best_of_n"], point["accuracy"]))
-      ratio = ("" if not match else
-               f"{match:.0f} ({match / point['tokens_per_problem']:.2f}x)")
-      budget = (f"N={point['budget']}" if method == "best_of_n" else
-                f"B={point['budget']}")
-      lines.append(f"| {method} | {budget} | "
-                   f"{point['tokens_per_problem']:.0f} | "
-                   f"{point['accuracy']:.3f} | {ratio or '-'} |")
-  return "\n".join(lines)
 
 
 def plot(curves, path):
@@ -107,7 +84,7 @@ def main(argv):
       best_of_n=[int(n) for n in _BEST_OF_N.value], alpha=_ALPHA.value,
       prover_k=_PROVER_K.value, aggregation=_AGGREGATION.value,
       modes=tuple(_MODES.value), temperature=_TEMPERATURE.value)
-  table = format_table(curves)
+  table = reports.search_table(curves)
   print(table, flush=True)
   metrics_lib.write_json_atomic(os.path.join(output, "search.json"), curves)
   with open(os.path.join(output, "search.md"), "w") as f:

@@ -145,3 +145,35 @@ def plot_comparison(results, path):
     ax.legend()
   fig.tight_layout()
   fig.savefig(path, dpi=120)
+
+
+def tokens_to_match(curve, tokens):
+  """Best-of-N tokens interpolated (log-linear) at a given accuracy."""
+  points = sorted((p["accuracy"], p["tokens_per_problem"]) for p in curve)
+  accs = [a for a, _ in points]
+  if tokens is None or not accs or tokens > accs[-1] or tokens < accs[0]:
+    return None
+  logs = np.interp(tokens, accs, [np.log(t) for _, t in points])
+  return float(np.exp(logs))
+
+
+def search_table(curves) -> str:
+  """Markdown table of search curves, each matched to Best-of-N tokens."""
+  lines = ["| method | budget | tokens / problem | accuracy | Best-of-N "
+           "tokens for the same accuracy |", "|---|---|---|---|---|"]
+  for method, curve in curves.items():
+    is_best_of_n = method.endswith("best_of_n")
+    # Beam search is matched against Best-of-N with the same verifier.
+    reference = curves.get("oracle_best_of_n" if method.startswith("oracle_")
+                           else "best_of_n", [])
+    for point in curve:
+      match = ("" if is_best_of_n else
+               tokens_to_match(reference, point["accuracy"]))
+      ratio = ("" if not match else
+               f"{match:.0f} ({match / point['tokens_per_problem']:.2f}x)")
+      budget = f"N={point['budget']}" if is_best_of_n else (
+          f"B={point['budget']}")
+      lines.append(f"| {method} | {budget} | "
+                   f"{point['tokens_per_problem']:.0f} | "
+                   f"{point['accuracy']:.3f} | {ratio or '-'} |")
+  return "\n".join(lines)

@@ -770,26 +770,35 @@ def search_compute_curve(ctx, policy_params, prm: TrainedPRM, *,
                                rng=ctx.rng("search/best_of_n"),
                                prompts_per_batch=max(1, 256 // largest),
                                split=split)
-  scores = score_solutions(ctx, scorer, solutions, 256)
-  response = aggregate_on_host(scores["step_scores"], scores["step_mask"],
-                                   aggregation).reshape(-1, largest)
   correct = np.array([s.outcome for s in solutions]).reshape(-1, largest)
   lengths = np.array([len(s.response_ids) for s in solutions]).reshape(
       -1, largest)
-  for n in sorted(best_of_n):
-    curves["best_of_n"].append({
+  oracle = scoring.OracleScorer(task, as_value=True)
+  bon_scorers = {"best_of_n": scorer}
+  if any(mode.startswith("oracle_") for mode in modes):
+    bon_scorers["oracle_best_of_n"] = oracle
+  for name, bon_scorer in bon_scorers.items():
+    scores = score_solutions(ctx, bon_scorer, solutions, 256)
+    response = aggregate_on_host(scores["step_scores"], scores["step_mask"],
+                                 aggregation).reshape(-1, largest)
+    curves[name] = [{
         "budget": n, "tokens_per_problem": float(lengths.mean() * n),
-        "accuracy": prm_eval_lib.best_of_n_accuracy(response, correct, n)})
+        "accuracy": prm_eval_lib.best_of_n_accuracy(response, correct, n)}
+                    for n in sorted(best_of_n)]
   for mode in modes:
     curves[mode] = []
+    # `oracle_prm` / `oracle_pav`: the same search guided by a perfect prover
+    # (the task's step checker), the upper bound of a learned verifier.
+    guide = oracle if mode.startswith("oracle_") else scorer
     for width in beam_widths:
       t0 = time.time()
       result = search_lib.beam_search(
-          policy, scorer, task, problems, beam_width=width,
+          policy, guide, task, problems, beam_width=width,
           candidates=candidates, rng=ctx.rng(f"search/{mode}", width),
           prompt_width=task.max_prompt_len,
           response_budget=task.max_new_tokens, num_steps=num_steps,
-          step_tokens=step_tokens, max_rounds=num_steps + 2, mode=mode,
+          step_tokens=step_tokens, max_rounds=num_steps + 2,
+          mode=mode.removeprefix("oracle_"),
           aggregation=aggregation, alpha=alpha, prover_k=prover_k)
       curves[mode].append({
           "budget": width,
