@@ -321,14 +321,15 @@ class TestSharding:
     np.testing.assert_allclose(out.logprobs, reference.logprobs, atol=1e-5)
 
 
-class TestStopMask:
+@pytest.fixture(scope="module")
+def free_run(params):
+  """Greedy continuations without EOS (no row ends early)."""
+  tokens, _, _ = reference_greedy(params, PROMPTS, PROMPT_MASK, NEW,
+                                  eos_id=-1, pad_id=PAD)
+  return tokens[:, 5:]
 
-  @pytest.fixture(scope="class")
-  def free_run(self, params):
-    """Greedy continuations without EOS (no row ends early)."""
-    tokens, _, _ = reference_greedy(params, PROMPTS, PROMPT_MASK, NEW,
-                                    eos_id=-1, pad_id=PAD)
-    return tokens[:, 5:]
+
+class TestStopMask:
 
   def _sample(self, params, stop_tokens, eos_id=None):
     stop = np.isin(np.arange(VOCAB), stop_tokens)
