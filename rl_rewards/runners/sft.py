@@ -235,7 +235,8 @@ def run_continue(ctx, params):
   summary = dict(final, **{"sft_continue/steps": step,
                            "sft_continue/seconds": seconds})
   meta["seconds"] = seconds
-  ckpt.save(step, state, meta)
+  if ckpt.latest_step() != step:  # The loop may have just saved this step.
+    ckpt.save(step, state, meta)
   ckpt.mark_done(step, summary)
   ckpt.close()
   return state.params, summary

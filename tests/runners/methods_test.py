@@ -184,3 +184,18 @@ def test_resume_mid_rl_reproduces_the_uninterrupted_run(name, sft_dir,
   pipeline.run(_config(name, sft_dir, **overrides), resumed)
 
   assert _rl_records(resumed) == _rl_records(reference)
+
+
+def test_sft_continued_baseline_runs_and_is_reused(sft_dir, tmp_path):
+  config = cli.load_config_file(
+      os.path.join(ROOT, "configs", "default.py") + f":size=test,sft={sft_dir}")
+  config.stages = "sft,sft_continue"
+  config.sft.continue_seconds = 1.0
+  config.sft.checkpoint_every_steps = 1  # The last step is a saved step too.
+  workdir = str(tmp_path / "continue")
+  summary = pipeline.run(config, workdir)
+  stage = summary["stages"]["sft_continue"]
+  assert stage["sft_continue/steps"] >= 1
+  assert 0.0 <= stage["eval/accuracy"] <= 1.0
+  again = pipeline.run(config, workdir)
+  assert again["stages"]["sft_continue"] == stage
