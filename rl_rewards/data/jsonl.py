@@ -19,33 +19,41 @@ from typing import Callable
 from rl_rewards.tasks import answers
 
 
-def _read_jsonl(path: str, required_fields: tuple[str, ...],
-                make_record: Callable[[dict, str], dict]) -> list[dict]:
-  if not os.path.isfile(path):
-    raise ValueError(f"{path}: file not found.")
-  records = []
+def iter_json_lines(path: str):
+  """Yields ("file:line", object) for each non-blank line of a JSONL file.
+
+  Invalid JSON fails with a ValueError naming the file and 1-based line.
+  """
   with open(path, encoding="utf-8") as f:
     for line_number, line in enumerate(f, start=1):
       if not line.strip():
         continue
       where = f"{path}:{line_number}"
       try:
-        obj = json.loads(line)
+        yield where, json.loads(line)
       except json.JSONDecodeError as e:
         raise ValueError(f"{where}: invalid JSON ({e.msg}).") from None
-      if not isinstance(obj, dict):
-        raise ValueError(
-            f"{where}: expected a JSON object, got {type(obj).__name__}.")
-      for field in required_fields:
-        if field not in obj:
-          raise ValueError(f"{where}: missing field {field!r} "
-                           f"(has {sorted(obj)}).")
-        if not isinstance(obj[field], str):
-          raise ValueError(f"{where}: field {field!r} must be a string, got "
-                           f"{type(obj[field]).__name__}.")
-      record = make_record(obj, where)
-      record["index"] = len(records)
-      records.append(record)
+
+
+def _read_jsonl(path: str, required_fields: tuple[str, ...],
+                make_record: Callable[[dict, str], dict]) -> list[dict]:
+  if not os.path.isfile(path):
+    raise ValueError(f"{path}: file not found.")
+  records = []
+  for where, obj in iter_json_lines(path):
+    if not isinstance(obj, dict):
+      raise ValueError(
+          f"{where}: expected a JSON object, got {type(obj).__name__}.")
+    for field in required_fields:
+      if field not in obj:
+        raise ValueError(f"{where}: missing field {field!r} "
+                         f"(has {sorted(obj)}).")
+      if not isinstance(obj[field], str):
+        raise ValueError(f"{where}: field {field!r} must be a string, got "
+                         f"{type(obj[field]).__name__}.")
+    record = make_record(obj, where)
+    record["index"] = len(records)
+    records.append(record)
   if not records:
     raise ValueError(f"{path}: no records.")
   return records

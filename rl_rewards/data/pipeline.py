@@ -62,17 +62,18 @@ class ArithProblemSource(Sequence):
             "num_ops": problem.num_ops}
 
 
-def _text(value) -> str:
+def as_text(value) -> str:
+  """A string field of a tfds/grain record (bytes or 0-d array) as str."""
   if isinstance(value, bytes):
     return value.decode("utf-8")
   if isinstance(value, np.ndarray) and value.shape == ():
-    return _text(value.item())
+    return as_text(value.item())
   return str(value)
 
 
 def _metadata(record) -> dict[str, Any]:
-  return {"question": _text(record["question"]),
-          "answer": _text(record["answer"]),
+  return {"question": as_text(record["question"]),
+          "answer": as_text(record["answer"]),
           "index": np.int64(record["index"])}
 
 
@@ -141,7 +142,7 @@ def sft_dataset(source, tokenizer: tokenizer_lib.Tokenizer, *,
   def encode(record):
     out = _metadata(record)
     batch = tokenizer_lib.encode_sft_batch(
-        tokenizer, [out["question"]], [_text(record["solution"])],
+        tokenizer, [out["question"]], [as_text(record["solution"])],
         max_prompt_len=max_prompt_len, max_len=max_len)
     out.update({key: value[0] for key, value in batch.items()})
     return out

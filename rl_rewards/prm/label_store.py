@@ -28,6 +28,8 @@ import math
 import os
 import re
 
+from rl_rewards.data import jsonl
+
 MANIFEST = "manifest.json"
 _SHARD_RE = re.compile(r"^shard-(\d{5})\.jsonl$")
 
@@ -119,17 +121,9 @@ def validate_record(record, where: str):
 def read_shard(path: str) -> list[dict]:
   """Records of one shard; errors name the file and the 1-based line."""
   records = []
-  with open(path, encoding="utf-8") as f:
-    for line_number, line in enumerate(f, start=1):
-      if not line.strip():
-        continue
-      where = f"{path}:{line_number}"
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{where}: invalid JSON ({e.msg}).") from None
-      validate_record(record, where)
-      records.append(record)
+  for where, record in jsonl.iter_json_lines(path):
+    validate_record(record, where)
+    records.append(record)
   return records
 
 

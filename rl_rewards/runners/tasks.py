@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from rl_rewards.data import builders
+from rl_rewards.data import pipeline as data_pipeline
 from rl_rewards.tasks import arith
 from rl_rewards.tasks import reasoning_gym_tasks
 from rl_rewards.tasks import segmentation
@@ -130,14 +131,6 @@ class TextProblem:
   entry: object = None  # The reasoning-gym entry (for its scorer).
 
 
-def _text(value) -> str:
-  if isinstance(value, bytes):
-    return value.decode("utf-8")
-  if isinstance(value, np.ndarray) and value.shape == ():
-    return _text(value.item())
-  return str(value)
-
-
 class TextTask(_PromptEncoding):
   """A question/answer dataset: GSM8K or MATH JSONL files, or reasoning-gym.
 
@@ -186,9 +179,10 @@ class TextTask(_PromptEncoding):
   def _record(self, split, index):
     record = self._sources[split][index]
     entry = self._rg[split][index] if self._rg else None
-    return TextProblem(question=_text(record["question"]),
-                       answer=_text(record["answer"]),
-                       solution=_text(record["solution"]) or _text(
+    text = data_pipeline.as_text
+    return TextProblem(question=text(record["question"]),
+                       answer=text(record["answer"]),
+                       solution=text(record["solution"]) or text(
                            record["answer"]),
                        index=int(index), entry=entry)
 

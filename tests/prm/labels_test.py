@@ -78,8 +78,9 @@ def _run_search(num_steps, first_error):
   probes = []
   while not search.done:
     mid = search.probe()
-    assert 1 <= mid < num_steps, (num_steps, mid)
     probes.append(mid)
+    if len(probes) > num_steps:  # A search that never ends fails the test.
+      break
     search.update(mid <= first_error)
   return search.first_error, probes
 
