@@ -23,6 +23,7 @@ from absl import flags
 
 from rl_rewards import metrics as metrics_lib
 from rl_rewards.runners import pipeline
+from rl_rewards.runners import prm_eval
 from rl_rewards.runners import prm_stages
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run with a trained PRM.",
@@ -52,8 +53,8 @@ def main(argv):
   output = _OUTPUT.value or os.path.join(workdir, "eval_prm")
   ctx = pipeline.build_context(config, output)
   policy, prm = prm_stages.run_policy_and_prm(ctx, workdir)
-  summary = prm_stages.evaluate_prm(ctx, policy, prm)
-  table = prm_stages.format_eval_table(summary)
+  summary = prm_eval.evaluate_prm(ctx, policy, prm)
+  table = prm_eval.format_eval_table(summary)
   print(table, flush=True)
   metrics_lib.write_summary(output, summary)
   with open(os.path.join(output, "table.txt"), "w") as f:

@@ -31,6 +31,7 @@ from absl import flags
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import reports
 from rl_rewards.runners import pipeline
+from rl_rewards.runners import prm_eval
 from rl_rewards.runners import prm_stages
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run with a trained PRM.",
@@ -77,7 +78,7 @@ def main(argv):
   output = _OUTPUT.value or os.path.join(workdir, "search")
   ctx = pipeline.build_context(config, output)
   policy, prm = prm_stages.run_policy_and_prm(ctx, workdir)
-  curves = prm_stages.search_compute_curve(
+  curves = prm_eval.search_compute_curve(
       ctx, policy, prm, num_problems=_NUM_PROBLEMS.value,
       beam_widths=[int(b) for b in _BEAMS.value],
       candidates=_CANDIDATES.value,

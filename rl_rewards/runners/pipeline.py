@@ -19,6 +19,7 @@ from rl_rewards import metrics as metrics_lib
 from rl_rewards import models
 from rl_rewards.models import hf as hf_lib
 from rl_rewards.runners import context as context_lib
+from rl_rewards.runners import prm_eval
 from rl_rewards.runners import prm_stages
 from rl_rewards.runners import rl
 from rl_rewards.runners import sft
@@ -157,7 +158,7 @@ def run(config, workdir: str) -> dict:
                                                        label_path)
         scorer = prm_stages.load_scorer(ctx, prm_params)
       else:
-        summary = prm_stages.run_prm_eval(ctx, sft_params, prm_params)
+        summary = prm_eval.run_prm_eval(ctx, sft_params, prm_params)
     elif stage == "rl":
       if params is None:
         raise config_lib.ConfigError(

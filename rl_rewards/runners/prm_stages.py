@@ -1,8 +1,7 @@
-"""The PRM stages: labels -> prm -> prm_eval, and the scorer the RL stage uses.
+"""The PRM stages labels -> prm, and the scorer the RL stage uses.
 
     label_path, summary = run_labels(ctx, policy_params)  # stage "labels"
     prm, summary = run_prm_train(ctx, policy_params, label_path)  # "prm"
-    summary = run_prm_eval(ctx, policy_params, prm)       # stage "prm_eval"
     scorer = load_scorer(ctx, prm)    # .score_rollout(...) for the RL stage
 
 * labels: the policy samples `samples_per_problem` solutions for each of
@@ -16,9 +15,7 @@
   with cross-entropy on the labels, or an implicit PRM (a copy of the
   policy trained on outcome labels); batches are a pure function of the
   step, so training resumes exactly from its checkpoint.
-* prm_eval: ProcessBench-style first-error F1 (threshold chosen on separate
-  validation problems), step AUROC and Best-of-N accuracy, next to the
-  task's oracle PRM and a random scorer.
+* prm_eval: see `runners/prm_eval.py`.
 
 Each stage is reused once finished (`Checkpointer.done_info()`), or taken
 from another workdir with `labels.init_from` / `prm.init_from`.
@@ -30,12 +27,10 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from rl_rewards import checkpoints
 from rl_rewards import config_lib
-from rl_rewards import core
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import models
 from rl_rewards.data import order
@@ -43,7 +38,6 @@ from rl_rewards.prm import evaluation as prm_eval_lib
 from rl_rewards.prm import label_store
 from rl_rewards.prm import labels as labels_lib
 from rl_rewards.prm import scoring
-from rl_rewards.prm import search as search_lib
 from rl_rewards.prm import training
 from rl_rewards.runners import context as context_lib
 from rl_rewards.sharding import mesh as mesh_lib
@@ -116,7 +110,7 @@ def load_stage_params(ctx, workdir: str, stage: str, key: str):
 # ---------------------------------------------------------------- labels ---
 
 
-def _oracle_fields(task, solutions):
+def oracle_fields(task, solutions):
   if not getattr(task, "has_step_labels", False):
     return [(None, None)] * len(solutions)
   scored = task.score([s.problem for s in solutions],
@@ -149,7 +143,7 @@ def label_shard(ctx, policy, prover, shard: int) -> tuple[list, dict]:
       prompt_width=task.max_prompt_len, response_budget=task.max_new_tokens)
   out = []
   for solution, record, (oracle, first_error) in zip(
-      solutions, records, _oracle_fields(task, solutions)):
+      solutions, records, oracle_fields(task, solutions)):
     out.append(dict(
         split=solution.split, index=solution.index,
         question=task.prompts([solution.problem])[0],
@@ -225,7 +219,6 @@ def run_labels(ctx, policy_params) -> tuple[str, dict]:
                                       "labels.prover_from")
   policy = policy_sampler(ctx, policy_params, temperature=cfg.temperature)
   prover = policy_sampler(ctx, prover_params, temperature=cfg.temperature)
-  totals = {"rollouts": 0, "generated_tokens": 0, "seconds": 0.0}
   for shard in range(num_shards):
     if shard in finished:
       continue
@@ -513,300 +506,3 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
   ckpt.mark_done(step, summary)
   ckpt.close()
   return prm, summary
-
-
-# -------------------------------------------------------------- prm_eval ---
-
-
-def sample_solutions(ctx, policy, problems, *, num_samples: int, rng,
-                     prompts_per_batch: int, split: str = "eval"):
-  """`num_samples` solutions per problem (problem-major) as `Solution`s."""
-  task = ctx.task
-  out = []
-  for i, start in enumerate(range(0, len(problems), prompts_per_batch)):
-    chunk = list(problems[start:start + prompts_per_batch])
-    real = len(chunk)
-    chunk += [chunk[0]] * (prompts_per_batch - real)
-    tokens, mask = task.encode_prompts(chunk)
-    prompts = labels_lib.response_rows(tokens, mask)
-    samples = policy.sample(tokens, mask, jax.random.fold_in(rng, i),
-                            num_samples=num_samples)
-    keep = real * num_samples
-    samples = {k: v[:keep] for k, v in samples.items()}
-    rows = [j for j in range(real) for _ in range(num_samples)]
-    out.extend(labels_lib.solutions_from_samples(
-        task, [chunk[j] for j in rows], [split] * keep,
-        [start + j for j in rows], [prompts[j] for j in rows], samples))
-  return out
-
-
-def score_solutions(ctx, scorer, solutions, batch_rows: int) -> dict:
-  """Step scores of solutions in fixed-size batches (one compiled shape)."""
-  task = ctx.task
-  parts = []
-  for start in range(0, len(solutions), batch_rows):
-    chunk = solutions[start:start + batch_rows]
-    batch = scoring.make_solution_batch(
-        task, [s.problem for s in chunk], [s.prompt_ids for s in chunk],
-        [s.response_ids for s in chunk], prompt_width=task.max_prompt_len,
-        response_budget=task.max_new_tokens,
-        num_steps=ctx.config.task.max_steps, rows=batch_rows)
-    result = scorer.score_batch(batch)
-    parts.append({k: v[:len(chunk)] for k, v in result.items()})
-  return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-
-
-def _answer(task, solution):
-  if not solution.finished:
-    return None
-  steps = task.split_steps(solution.text)
-  return steps[-1].strip() or None
-
-
-def _scorers(ctx, prm):
-  scorers = {"prm": load_scorer(ctx, prm),
-             "random": scoring.RandomScorer(ctx.config.seed)}
-  if getattr(ctx.task, "has_step_labels", False):
-    scorers["oracle"] = scoring.OracleScorer(ctx.task)
-  return scorers
-
-
-def processbench_eval(ctx, policy, scorers, *, rng) -> dict:
-  """First-error F1 (threshold chosen on validation problems) and AUROC."""
-  cfg, task = ctx.config.prm_eval, ctx.task
-  batch_rows = cfg.prompts_per_batch
-  data = {}
-  for name, split, count in (("valid", "prm_valid", cfg.valid_problems),
-                             ("test", "prm_test", cfg.num_problems)):
-    problems = task.problems(split, 0, count)
-    solutions = sample_solutions(ctx, policy, problems, num_samples=1,
-                                 rng=jax.random.fold_in(rng, len(data)),
-                                 prompts_per_batch=cfg.prompts_per_batch,
-                                 split=split)
-    oracle = _oracle_fields(task, solutions)
-    data[name] = (solutions, np.array([f for _, f in oracle]),
-                  [l for l, _ in oracle])
-  out = {"prm_eval/erroneous_fraction": float(np.mean(data["test"][1] >= 0))}
-  for scorer_name, scorer in scorers.items():
-    scores = {name: score_solutions(ctx, scorer, solutions, batch_rows)
-              for name, (solutions, _, _) in data.items()}
-    threshold, valid_f1 = prm_eval_lib.select_threshold(
-        scores["valid"]["step_scores"], scores["valid"]["step_mask"],
-        data["valid"][1])
-    test = scores["test"]
-    metrics = prm_eval_lib.processbench_metrics(
-        data["test"][1], prm_eval_lib.first_error_predictions(
-            test["step_scores"], test["step_mask"], threshold))
-    at_half = prm_eval_lib.processbench_metrics(
-        data["test"][1], prm_eval_lib.first_error_predictions(
-            test["step_scores"], test["step_mask"], 0.5))
-    labels = np.zeros(test["step_scores"].shape, np.float32)
-    for b, step_labels in enumerate(data["test"][2]):
-      merged = scoring.merge_step_labels(step_labels,
-                                         ctx.config.task.max_steps)
-      labels[b, :len(merged)] = merged
-    suffix = "" if scorer_name == "prm" else f"_{scorer_name}"
-    out.update({
-        f"prm_eval/f1{suffix}": metrics["f1"],
-        f"prm_eval/acc_err{suffix}": metrics["acc_err"],
-        f"prm_eval/acc_cor{suffix}": metrics["acc_cor"],
-        f"prm_eval/threshold{suffix}": threshold,
-        f"prm_eval/valid_f1{suffix}": valid_f1,
-        f"prm_eval/f1_at_half{suffix}": at_half["f1"],
-        f"prm_eval/auroc{suffix}": prm_eval_lib.step_auroc(
-            test["step_scores"], test["step_mask"], labels),
-    })
-  return out
-
-
-def best_of_n_eval(ctx, policy, scorers, *, rng) -> dict:
-  """Best-of-N accuracy per aggregation, majority votes, oracle, pass@N."""
-  cfg, task = ctx.config.prm_eval, ctx.task
-  problems = task.problems("prm_test", 0, cfg.bon_problems)
-  m = cfg.bon_samples
-  prompts_per_batch = max(1, cfg.prompts_per_batch // min(m, 8))
-  solutions = sample_solutions(ctx, policy, problems, num_samples=m, rng=rng,
-                               prompts_per_batch=prompts_per_batch,
-                               split="prm_test")
-  correct = np.array([s.outcome for s in solutions]).reshape(-1, m)
-  lengths = np.array([len(s.response_ids) for s in solutions]).reshape(-1, m)
-  answers = [[_answer(task, s) for s in solutions[p * m:(p + 1) * m]]
-             for p in range(len(problems))]
-  sizes = [n for n in (1, 4, 16, 64, 256) if n <= m]
-  out = {}
-  for n in sizes:
-    out[f"prm_eval/pass{n}"] = prm_eval_lib.pass_at_n(correct, n)
-    out[f"prm_eval/bon{n}_majority"] = prm_eval_lib.majority_vote_accuracy(
-        answers, correct, n)
-    out[f"prm_eval/tokens{n}"] = float(lengths.mean() * n)
-  batch_rows = cfg.prompts_per_batch * 4
-  for scorer_name, scorer in scorers.items():
-    scores = score_solutions(ctx, scorer, solutions, batch_rows)
-    for aggregation in AGGREGATIONS:
-      response = aggregate_on_host(scores["step_scores"],
-                                   scores["step_mask"],
-                                   aggregation).reshape(-1, m)
-      prefix = ("prm_eval/bon{n}_" if scorer_name == "prm" else
-                f"prm_eval/bon{{n}}_{scorer_name}_")
-      for n in sizes:
-        out[prefix.format(n=n) + aggregation] = (
-            prm_eval_lib.best_of_n_accuracy(response, correct, n))
-        if scorer_name == "prm":
-          out[f"prm_eval/bon{n}_weighted_{aggregation}"] = (
-              prm_eval_lib.majority_vote_accuracy(answers, correct, n,
-                                                  weights=response))
-  return out
-
-
-def aggregate_on_host(step_scores, step_mask, aggregation) -> np.ndarray:
-  """`core.aggregate_step_scores` of host arrays, as numpy."""
-  return np.asarray(core.aggregate_step_scores(
-      jnp.asarray(step_scores), jnp.asarray(step_mask), aggregation))
-
-
-def evaluate_prm(ctx, policy_params, prm: TrainedPRM) -> dict:
-  """The full PRM evaluation (ProcessBench-style when the task has step
-  labels, Best-of-N always); returns `prm_eval/...` metrics."""
-  cfg = ctx.config.prm_eval
-  policy = policy_sampler(ctx, policy_params, temperature=cfg.temperature)
-  scorers = _scorers(ctx, prm)
-  out = {}
-  t0 = time.time()
-  if getattr(ctx.task, "has_step_labels", False):
-    out.update(processbench_eval(ctx, policy, scorers,
-                                 rng=ctx.rng("prm_eval/processbench")))
-  t1 = time.time()
-  out.update(best_of_n_eval(ctx, policy, scorers,
-                            rng=ctx.rng("prm_eval/best_of_n")))
-  out["time/processbench_s"] = t1 - t0
-  out["time/best_of_n_s"] = time.time() - t1
-  return out
-
-
-def format_eval_table(summary: dict) -> str:
-  """A human-readable table of `evaluate_prm`'s metrics."""
-  lines = []
-  if "prm_eval/f1" in summary:
-    lines.append("first-error identification (test; threshold chosen on "
-                 "validation problems)")
-    lines.append(f"  {'scorer':<8} {'F1':>6} {'acc_err':>8} {'acc_cor':>8} "
-                 f"{'tau':>5} {'F1@.5':>6} {'AUROC':>6}")
-    for name, suffix in (("prm", ""), ("oracle", "_oracle"),
-                         ("random", "_random")):
-      if f"prm_eval/f1{suffix}" not in summary:
-        continue
-      get = lambda key, s=suffix: summary[f"prm_eval/{key}{s}"]
-      lines.append(f"  {name:<8} {get('f1'):6.3f} {get('acc_err'):8.3f} "
-                   f"{get('acc_cor'):8.3f} {get('threshold'):5.2f} "
-                   f"{get('f1_at_half'):6.3f} {get('auroc'):6.3f}")
-  sizes = sorted(int(k[len("prm_eval/pass"):]) for k in summary
-                 if k.startswith("prm_eval/pass"))
-  if sizes:
-    lines.append("Best-of-N accuracy")
-    lines.append("  " + f"{'N':<22}" + "".join(f"{n:>7}" for n in sizes))
-    rows = [("majority vote", "bon{n}_majority")]
-    rows += [(f"PRM {a}", f"bon{{n}}_{a}") for a in AGGREGATIONS]
-    rows += [(f"PRM-weighted vote {a}", f"bon{{n}}_weighted_{a}")
-             for a in ("min", "last")]
-    rows += [("oracle min", "bon{n}_oracle_min"),
-             ("random last", "bon{n}_random_last"), ("pass@N", "pass{n}")]
-    for label, key in rows:
-      values = [summary.get("prm_eval/" + key.format(n=n)) for n in sizes]
-      if any(v is None for v in values):
-        continue
-      lines.append("  " + f"{label:<22}" + "".join(f"{v:7.3f}"
-                                                    for v in values))
-  return "\n".join(lines)
-
-
-def _load_prm_for_eval(ctx, prm):
-  if prm is not None:
-    return prm
-  source = ctx.config.prm.init_from or ctx.workdir
-  prm, _ = load_finished_prm(ctx, source)
-  return prm
-
-
-def run_prm_eval(ctx, policy_params, prm=None) -> dict:
-  """Runs (or reuses) the PRM evaluation stage; returns its summary."""
-  ckpt = ctx.checkpointer(EVAL_STAGE)
-  done = ckpt.done_info()
-  if done is not None:
-    ckpt.close()
-    print("[prm_eval] reusing the finished stage")
-    return done["summary"]
-  prm = _load_prm_for_eval(ctx, prm)
-  summary = evaluate_prm(ctx, policy_params, prm)
-  ctx.writer.write(EVAL_STAGE, 0, summary)
-  print(format_eval_table(summary), flush=True)
-  ckpt.mark_done(0, summary)
-  ckpt.close()
-  return summary
-
-
-# ---------------------------------------------------------------- search ---
-
-
-def search_compute_curve(ctx, policy_params, prm: TrainedPRM, *,
-                         num_problems: int, beam_widths, candidates: int,
-                         best_of_n, alpha: float, prover_k: int,
-                         aggregation: str = "last", modes=("prm", "pav"),
-                         temperature: float = 1.0, step_tokens: int = 16,
-                         split: str = "prm_test") -> dict:
-  """Accuracy against generated tokens: beam search vs PRM Best-of-N.
-
-  Returns:
-    dict with `best_of_n` and one entry per search mode: lists of
-    {"budget", "tokens_per_problem", "accuracy"} points.
-  """
-  task = ctx.task
-  problems = task.problems(split, 0, num_problems)
-  policy = policy_sampler(ctx, policy_params, temperature=temperature)
-  scorer = load_scorer(ctx, prm)
-  num_steps = ctx.config.task.max_steps
-  curves = {"best_of_n": []}
-  largest = max(best_of_n)
-  solutions = sample_solutions(ctx, policy, problems, num_samples=largest,
-                               rng=ctx.rng("search/best_of_n"),
-                               prompts_per_batch=max(1, 256 // largest),
-                               split=split)
-  correct = np.array([s.outcome for s in solutions]).reshape(-1, largest)
-  lengths = np.array([len(s.response_ids) for s in solutions]).reshape(
-      -1, largest)
-  oracle = scoring.OracleScorer(task, as_value=True)
-  bon_scorers = {"best_of_n": scorer}
-  if any(mode.startswith("oracle_") for mode in modes):
-    bon_scorers["oracle_best_of_n"] = oracle
-  for name, bon_scorer in bon_scorers.items():
-    scores = score_solutions(ctx, bon_scorer, solutions, 256)
-    response = aggregate_on_host(scores["step_scores"], scores["step_mask"],
-                                 aggregation).reshape(-1, largest)
-    curves[name] = [{
-        "budget": n, "tokens_per_problem": float(lengths.mean() * n),
-        "accuracy": prm_eval_lib.best_of_n_accuracy(response, correct, n)}
-                    for n in sorted(best_of_n)]
-  for mode in modes:
-    curves[mode] = []
-    # `oracle_prm` / `oracle_pav`: the same search guided by a perfect prover
-    # (the task's step checker), the upper bound of a learned verifier.
-    guide = oracle if mode.startswith("oracle_") else scorer
-    for width in beam_widths:
-      t0 = time.time()
-      result = search_lib.beam_search(
-          policy, guide, task, problems, beam_width=width,
-          candidates=candidates, rng=ctx.rng(f"search/{mode}", width),
-          prompt_width=task.max_prompt_len,
-          response_budget=task.max_new_tokens, num_steps=num_steps,
-          step_tokens=step_tokens, max_rounds=num_steps + 2,
-          mode=mode.removeprefix("oracle_"),
-          aggregation=aggregation, alpha=alpha, prover_k=prover_k)
-      curves[mode].append({
-          "budget": width,
-          "tokens_per_problem": float(result.generated_tokens.mean()),
-          "accuracy": float(result.correct.mean()),
-          "seconds": time.time() - t0})
-      metrics_lib.print_status(
-          f"[search] {mode} beam {width}x{candidates}: accuracy "
-          f"{result.correct.mean():.3f} at "
-          f"{result.generated_tokens.mean():.0f} tokens/problem")
-  return curves
