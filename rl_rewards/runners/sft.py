@@ -11,7 +11,6 @@ the train split, or a fixed set of `dataset_size` problems reshuffled every
 epoch), so a resumed run sees exactly the batches an uninterrupted one would.
 """
 
-import os
 import time
 
 import jax
