@@ -153,20 +153,8 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
                                           keepdims=False)
     return _gumbel_noise(rng, row_ids, step[None], cfg.vocab_size)[:, 0]
 
-  # Loop state: (step g, logits for token g, EOS seen before g, outputs,
-  # cache). Each iteration picks token g and feeds it to get the logits of
-  # token g + 1 (the last iteration's feed is unused: one extra step of
-  # compute instead of a second copy of the sampling code).
-  state = (jnp.int32(0), last_logits, jnp.zeros((rows,), bool),
-           jnp.full((rows, new), pad_id, jnp.int32),
-           jnp.zeros((rows, new), jnp.float32), cache)
-
-  def cond(state):
-    step, _, done, *_ = state
-    return (step < new) & ~jnp.all(done)
-
-  def body(state):
-    step, logits, done, out_tokens, out_logp, cache = state
+  def emit(step, logits, done, out_tokens, out_logp):
+    """Picks token `step` of every row and writes it to the outputs."""
     token, logp = choose(logits, noise_at(step))
     token = jnp.where(done, pad_id, token)
     logp = jnp.where(done, 0.0, logp)
@@ -174,17 +162,39 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
                                               (0, step))
     out_logp = jax.lax.dynamic_update_slice(out_logp, logp[:, None],
                                             (0, step))
-    logits, cache = model_lib.apply(
-        cfg, params, token[:, None], attention_mask=~done[:, None],
-        positions=(num_prompt + step)[:, None], cache=cache,
-        cache_index=prompt_len + step)
     if eos_id is not None:
       done = done | (token == eos_id)
     if stop_mask is not None:
       done = done | stop_mask[token]
-    return step + 1, logits[:, 0], done, out_tokens, out_logp, cache
+    return token, done, out_tokens, out_logp
 
-  _, _, _, out_tokens, out_logp, _ = jax.lax.while_loop(cond, body, state)
+  # Loop state: (step g, logits for token g, rows done before g, outputs,
+  # cache). Each iteration picks token g and feeds it to get the logits of
+  # token g + 1; the last token is picked after the loop, so no forward pass
+  # is spent on a token that is never sampled from.
+  state = (jnp.int32(0), last_logits, jnp.zeros((rows,), bool),
+           jnp.full((rows, new), pad_id, jnp.int32),
+           jnp.zeros((rows, new), jnp.float32), cache)
+
+  def cond(state):
+    step, _, done, *_ = state
+    return (step < new - 1) & ~jnp.all(done)
+
+  def body(state):
+    step, logits, done, out_tokens, out_logp, cache = state
+    token, next_done, out_tokens, out_logp = emit(step, logits, done,
+                                                  out_tokens, out_logp)
+    logits, cache = model_lib.apply(
+        cfg, params, token[:, None], attention_mask=~done[:, None],
+        positions=(num_prompt + step)[:, None], cache=cache,
+        cache_index=prompt_len + step)
+    return step + 1, logits[:, 0], next_done, out_tokens, out_logp, cache
+
+  step, logits, done, out_tokens, out_logp, _ = jax.lax.while_loop(
+      cond, body, state)
+  # The loop stops at step G - 1 or once every row is done; in the second
+  # case this writes padding at `step`, which is already padding.
+  _, _, out_tokens, out_logp = emit(step, logits, done, out_tokens, out_logp)
 
   # Response tokens run up to and including the first EOS or stop token
   # (robust to pad_id == eos_id: padding only follows the end).
