@@ -234,8 +234,7 @@ class Attention(nn.Module):
         "o_kernel",
         _partitioned("o_kernel", (axes.HEADS, axes.HEAD_DIM, axes.EMBED)),
         (h, dh, d), jnp.float32)
-    out = out.reshape(batch, length, h * dh) @ o_kernel.reshape(
-        h * dh, d).astype(dtype)
+    out = jnp.einsum("bthd,hdD->btD", out, o_kernel.astype(dtype))
     return out, new_cache
 
 
