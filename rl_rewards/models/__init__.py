@@ -4,7 +4,7 @@ Public API:
   ModelConfig, preset, num_params                    -- configuration
   init_params, init_from_backbone, param_logical_axes -- parameters
   apply, logits, token_logprobs                      -- forward passes
-  KVCache, init_cache                                -- incremental decoding
+  KVCache, init_cache, grow_cache                    -- incremental decoding
   load_hf, save_hf                                   -- Hugging Face checkpoints
 """
 
@@ -15,6 +15,7 @@ from rl_rewards.models.hf import load_hf
 from rl_rewards.models.hf import save_hf
 from rl_rewards.models.model import apply
 from rl_rewards.models.model import default_positions
+from rl_rewards.models.model import grow_cache
 from rl_rewards.models.model import init_cache
 from rl_rewards.models.model import init_from_backbone
 from rl_rewards.models.model import init_params

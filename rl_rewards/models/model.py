@@ -184,6 +184,25 @@ def init_cache(cfg: config_lib.ModelConfig, batch_size: int,
       key_mask=jnp.zeros((batch_size, max_len), bool))
 
 
+def grow_cache(cache: KVCache, max_len: int) -> KVCache:
+  """`cache` with empty (invalid) slots appended up to `max_len` slots.
+
+  The existing slots keep their keys, values and mask; the new ones are
+  zeros with key_mask False, as in `init_cache`.
+  """
+  extra = max_len - cache.max_len
+  if extra < 0:
+    raise ValueError(f"grow_cache cannot shrink a cache of {cache.max_len} "
+                     f"slots to {max_len}.")
+  def pad(x, axis):
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, extra)
+    return jnp.pad(x, widths)
+  return KVCache(k=tuple(pad(k, 3) for k in cache.k),
+                 v=tuple(pad(v, 2) for v in cache.v),
+                 key_mask=pad(cache.key_mask, 1))
+
+
 def default_positions(attention_mask: Array) -> Array:
   """cumsum(mask) - 1, clipped at 0: positions counted from the first real
   token (left padding gets position 0). [B, T] -> [B, T] int32."""

@@ -14,6 +14,13 @@ prompt: a prefix is just a longer prompt. With a `stop_mask`, a row also ends
 after emitting any token in the mask (e.g. the step delimiter): that is how
 step-level search samples one step at a time.
 
+Attention reads every slot of the KV cache at each step, so a cache sized
+for the longest response makes early steps pay for slots that are still
+empty. For G >= `SEGMENTED_DECODE_MIN_TOKENS` the cache therefore starts at
+P + G/8 slots and grows to P + G/4, P + G/2 and P + G between decoding
+segments (`decode_segment_ends`); a generation that stops early never pays
+for the longer caches.
+
 Output arrays are [B * n, P + G] with G = max_new_tokens: prompt slots first,
 then the response slots. A row is done after its first EOS; later slots hold
 `pad_id` and are masked out. Sampling randomness for row r at step g comes
@@ -23,7 +30,7 @@ rest of the batch: `sample(prompts, num_samples=n)` equals
 """
 
 import functools
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -98,6 +105,22 @@ def _gumbel_noise(rng, row_ids, steps, vocab_size):
   return jax.vmap(lambda r: jax.vmap(lambda g: one(r, g))(steps))(row_ids)
 
 
+# From this many new tokens on, decoding runs in segments with a growing
+# cache (see the module docstring); below it, one segment with the full cache
+# (each segment compiles its own copy of the decoding loop).
+SEGMENTED_DECODE_MIN_TOKENS = 128
+
+
+def decode_segment_ends(max_new_tokens: int) -> Tuple[int, ...]:
+  """Last step (exclusive) of each decoding segment: the cache of segment i
+  has P + ends[i] slots. (G,) below `SEGMENTED_DECODE_MIN_TOKENS`, else
+  (G/8, G/4, G/2, G) rounded down."""
+  g = max_new_tokens
+  if g < SEGMENTED_DECODE_MIN_TOKENS:
+    return (g,)
+  return tuple(sorted({g // 8, g // 4, g // 2, g}))
+
+
 def _choose_tokens(logits, noise, temperature, top_p, *, greedy, use_top_p):
   """Next tokens [N] and their untempered log-probs [N] from logits [N, V].
 
@@ -119,14 +142,14 @@ def _choose_tokens(logits, noise, temperature, top_p, *, greedy, use_top_p):
 @functools.partial(
     jax.jit,
     static_argnames=("cfg", "max_new_tokens", "num_samples", "eos_id",
-                     "pad_id", "greedy", "use_top_p"))
+                     "pad_id", "greedy", "use_top_p", "segment_ends"))
 def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
                 delimiter_mask, stop_mask, *, cfg, max_new_tokens, num_samples, eos_id,
-                pad_id, greedy, use_top_p):
+                pad_id, greedy, use_top_p, segment_ends):
   batch, prompt_len = prompt_tokens.shape
   new = max_new_tokens
   prompt_valid = prompt_mask.astype(bool)
-  cache = model_lib.init_cache(cfg, batch, prompt_len + new)
+  cache = model_lib.init_cache(cfg, batch, prompt_len + segment_ends[0])
   prefill_logits, cache = model_lib.apply(
       cfg, params, prompt_tokens, attention_mask=prompt_valid, cache=cache,
       cache_index=0, last_only=True)
@@ -176,10 +199,6 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
            jnp.full((rows, new), pad_id, jnp.int32),
            jnp.zeros((rows, new), jnp.float32), cache)
 
-  def cond(state):
-    step, _, done, *_ = state
-    return (step < new - 1) & ~jnp.all(done)
-
   def body(state):
     step, logits, done, out_tokens, out_logp, cache = state
     token, next_done, out_tokens, out_logp = emit(step, logits, done,
@@ -190,9 +209,17 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
         cache_index=prompt_len + step)
     return step + 1, logits[:, 0], next_done, out_tokens, out_logp, cache
 
-  step, logits, done, out_tokens, out_logp, _ = jax.lax.while_loop(
-      cond, body, state)
-  # The loop stops at step G - 1 or once every row is done; in the second
+  for end in segment_ends:
+    # Steps up to `end` write cache slots below prompt_len + end.
+    *carry, cache = state
+    if cache.max_len < prompt_len + end:
+      cache = model_lib.grow_cache(cache, prompt_len + end)
+    last = min(end, new - 1)
+    state = jax.lax.while_loop(
+        lambda s, last=last: (s[0] < last) & ~jnp.all(s[2]), body,
+        (*carry, cache))
+  step, logits, done, out_tokens, out_logp, _ = state
+  # The loops stop at step G - 1 or once every row is done; in the second
   # case this writes padding at `step`, which is already padding.
   _, _, out_tokens, out_logp = emit(step, logits, done, out_tokens, out_logp)
 
@@ -335,4 +362,5 @@ def sample(cfg: config_lib.ModelConfig, params: Any, prompt_tokens,
       jnp.float32(1.0 if greedy else temperature), jnp.float32(top_p),
       delimiter_mask.astype(bool), stop_mask, cfg=cfg, max_new_tokens=int(max_new_tokens),
       num_samples=int(num_samples), eos_id=eos_id, pad_id=int(pad_id),
-      greedy=greedy, use_top_p=(not greedy) and float(top_p) < 1.0)
+      greedy=greedy, use_top_p=(not greedy) and float(top_p) < 1.0,
+      segment_ends=decode_segment_ends(int(max_new_tokens)))

@@ -399,3 +399,64 @@ class TestStopMask:
       sampler.sample(CFG, params, PROMPTS, PROMPT_MASK, jax.random.key(0),
                      max_new_tokens=NEW, temperature=0.0, eos_id=None,
                      pad_id=PAD, stop_mask=np.zeros(3, bool))
+
+
+class TestSegmentedDecoding:
+  """Decoding in segments with a growing cache (G >= the threshold)."""
+
+  def test_segment_ends(self):
+    threshold = sampler.SEGMENTED_DECODE_MIN_TOKENS
+    assert sampler.decode_segment_ends(threshold - 1) == (threshold - 1,)
+    assert sampler.decode_segment_ends(256) == (32, 64, 128, 256)
+    assert sampler.decode_segment_ends(130) == (16, 32, 65, 130)
+
+  def test_grow_cache_keeps_slots_and_adds_empty_ones(self, params):
+    cache = models.init_cache(CFG, 2, 5)
+    _, cache = models.apply(CFG, params, PROMPTS, attention_mask=PROMPT_MASK,
+                            cache=cache, cache_index=0)
+    grown = models.grow_cache(cache, 9)
+    assert grown.max_len == 9
+    np.testing.assert_array_equal(grown.key_mask[:, :5], cache.key_mask)
+    assert not np.any(grown.key_mask[:, 5:])
+    for old, new in zip(cache.k + cache.v, grown.k + grown.v):
+      axis = 3 if new.shape[-1] == 9 else 2
+      np.testing.assert_array_equal(
+          jax.lax.slice_in_dim(new, 0, 5, axis=axis), old)
+      assert not np.any(jax.lax.slice_in_dim(new, 5, 9, axis=axis))
+    with pytest.raises(ValueError, match="cannot shrink"):
+      models.grow_cache(cache, 4)
+
+  @pytest.fixture
+  def segmented(self, monkeypatch):
+    """Runs `sample` with segments from G = 8 on: ends (2, 4, 8, 16) for 16."""
+    monkeypatch.setattr(sampler, "SEGMENTED_DECODE_MIN_TOKENS", 8)
+    assert sampler.decode_segment_ends(16) == (2, 4, 8, 16)
+
+  def test_greedy_matches_stepwise_argmax(self, params, eos_id, segmented):
+    del segmented
+    out = sampler.sample(CFG, params, PROMPTS, PROMPT_MASK,
+                         jax.random.key(0), max_new_tokens=16,
+                         temperature=0.0, eos_id=eos_id, pad_id=PAD)
+    tokens, mask, logprobs = reference_greedy(params, PROMPTS, PROMPT_MASK,
+                                              16, eos_id, PAD)
+    np.testing.assert_array_equal(out.tokens, tokens)
+    np.testing.assert_array_equal(out.attention_mask, mask)
+    np.testing.assert_allclose(out.logprobs, logprobs, atol=1e-5)
+    # One row ended on EOS inside a segment, the other ran to the end.
+    assert sorted(np.asarray(out.truncated).tolist()) == [False, True]
+
+  def test_sampled_equals_one_segment(self, params, eos_id, monkeypatch):
+    def run():
+      return sampler.sample(CFG, params, PROMPTS, PROMPT_MASK,
+                            jax.random.key(3), max_new_tokens=16,
+                            temperature=1.0, eos_id=eos_id, pad_id=PAD,
+                            num_samples=4)
+    whole = run()
+    monkeypatch.setattr(sampler, "SEGMENTED_DECODE_MIN_TOKENS", 8)
+    in_segments = run()
+    np.testing.assert_array_equal(in_segments.tokens, whole.tokens)
+    np.testing.assert_array_equal(in_segments.lengths, whole.lengths)
+    np.testing.assert_allclose(in_segments.logprobs, whole.logprobs,
+                               atol=1e-5)
+    # The rows end at different steps, some inside the first segments.
+    assert len(set(np.asarray(whole.lengths).tolist())) > 1
