@@ -54,6 +54,11 @@ _TORCH_THREADS = flags.DEFINE_integer(
     "PyTorch intra-op threads; 0 = time one warm-up call with 1 thread and "
     "one with all cores for each configuration and keep the faster (on a "
     "busy machine OpenMP spinning can make all cores many times slower).")
+_SEGMENTED_MIN_TOKENS = flags.DEFINE_integer(
+    "segmented_min_tokens", None,
+    "Overrides sampler.SEGMENTED_DECODE_MIN_TOKENS (decoding in segments with "
+    "a growing cache from this many new tokens on); a huge value decodes in "
+    "one segment with the full cache.")
 _DEFAULT_JOB = flags.DEFINE_bool(
     "default_job", True, "Also time tiny, B=256, 72 new tokens, sampled.")
 
@@ -234,6 +239,9 @@ def main(argv):
   except ImportError as e:
     raise SystemExit(f"This benchmark needs torch and transformers ({e}); "
                      "see the module docstring.") from None
+  if _SEGMENTED_MIN_TOKENS.value is not None:
+    from rl_rewards.rollout import sampler  # pylint: disable=g-import-not-at-top
+    sampler.SEGMENTED_DECODE_MIN_TOKENS = _SEGMENTED_MIN_TOKENS.value
   vocab = {"tiny": _TINY_VOCAB.value, "small": _SMALL_VOCAB.value}
   rows = []
   with tempfile.TemporaryDirectory() as workdir:
