@@ -432,8 +432,8 @@ class TestSegmentedDecoding:
     monkeypatch.setattr(sampler, "SEGMENTED_DECODE_MIN_TOKENS", 8)
     assert sampler.decode_segment_ends(16) == (2, 4, 8, 16)
 
-  def test_greedy_matches_stepwise_argmax(self, params, eos_id, segmented):
-    del segmented
+  @pytest.mark.usefixtures("segmented")
+  def test_greedy_matches_stepwise_argmax(self, params, eos_id):
     out = sampler.sample(CFG, params, PROMPTS, PROMPT_MASK,
                          jax.random.key(0), max_new_tokens=16,
                          temperature=0.0, eos_id=eos_id, pad_id=PAD)

@@ -2,9 +2,7 @@
 
 import os
 
-import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 

@@ -1,7 +1,6 @@
 """A train step sharded over a device mesh equals the unsharded step."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
