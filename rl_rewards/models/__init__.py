@@ -4,6 +4,7 @@ Public API:
   ModelConfig, preset, num_params                    -- configuration
   init_params, init_from_backbone, param_logical_axes -- parameters
   apply, logits, token_logprobs                      -- forward passes
+  hidden_states, lm_head_kernel                      -- the trunk and LM head
   KVCache, init_cache, grow_cache                    -- incremental decoding
   load_hf, save_hf                                   -- Hugging Face checkpoints
 """
@@ -16,10 +17,12 @@ from rl_rewards.models.hf import save_hf
 from rl_rewards.models.model import apply
 from rl_rewards.models.model import default_positions
 from rl_rewards.models.model import grow_cache
+from rl_rewards.models.model import hidden_states
 from rl_rewards.models.model import init_cache
 from rl_rewards.models.model import init_from_backbone
 from rl_rewards.models.model import init_params
 from rl_rewards.models.model import KVCache
+from rl_rewards.models.model import lm_head_kernel
 from rl_rewards.models.model import logits
 from rl_rewards.models.model import param_logical_axes
 from rl_rewards.models.model import token_logprobs

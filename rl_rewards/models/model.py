@@ -327,6 +327,45 @@ def _jit_cached_forward(cfg, head, params, tokens, attention_mask, positions,
   return out, KVCache(k=new_k, v=new_v, key_mask=key_mask)
 
 
+def hidden_states(cfg: config_lib.ModelConfig, params: Params,
+                  tokens: Array, attention_mask: Optional[Array] = None,
+                  positions: Optional[Array] = None) -> Array:
+  """Final-normed hidden states [B, T, D] (activation dtype), before any head.
+
+  The heads are `h @ lm_head_kernel(cfg, params)` (logits [B, T, V]) and the
+  score head; callers that must not hold [B, T, V] logits (chunked log-probs,
+  the LM loss) start from here.
+  """
+  tokens = jnp.asarray(tokens)
+  if attention_mask is None:
+    attention_mask = jnp.ones(tokens.shape, bool)
+  attention_mask = jnp.asarray(attention_mask)
+  positions = None if positions is None else jnp.asarray(positions)
+  _check_tokens(cfg, tokens, attention_mask, positions)
+  return _jit_hidden_states(cfg, params, tokens, attention_mask, positions)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _jit_hidden_states(cfg, params, tokens, attention_mask, positions):
+  valid = attention_mask.astype(bool)
+  if positions is None:
+    positions = default_positions(valid)
+  slot = jnp.arange(tokens.shape[1])
+  allowed = (slot[None, :] <= slot[:, None])[None] & valid[:, None, :]
+  hidden, _ = _module(cfg, ()).apply(
+      {"params": params}, tokens, positions, allowed, None, 0,
+      method=transformer.Decoder.hidden_states)
+  return hidden
+
+
+def lm_head_kernel(cfg: config_lib.ModelConfig, params: Params) -> Array:
+  """The LM head as a [D, V] float32 matrix (the embedding's transpose when
+  the embeddings are tied): logits = hidden_states @ lm_head_kernel."""
+  if cfg.tie_word_embeddings:
+    return jnp.asarray(params["embed"]).T
+  return jnp.asarray(params["lm_head"])
+
+
 def logits(cfg: config_lib.ModelConfig, params: Params,
            tokens: Array) -> Array:
   """Token logits [B, T, V] of unpadded tokens (positions 0..T-1)."""
