@@ -86,8 +86,11 @@ def base_config():
       tokenizer_path="",       # tokenizer.json (default: hf_path's).
   ))
 
-  # Mesh axis sizes; exactly one may be -1 (all remaining devices).
-  c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+  # Mesh axis sizes; exactly one may be -1 (all remaining devices). `rules`
+  # overrides entries of the logical-axis rules table (sharding/axes.py
+  # DEFAULT_RULES), e.g. "vocab=none,act_batch=data+fsdp".
+  c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1,
+                                          rules=""))
 
   c.sft = ml_collections.ConfigDict(dict(
       batch_size=64,

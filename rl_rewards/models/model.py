@@ -80,8 +80,12 @@ def _boxed_init(cfg, heads, rng):
 
 def _abstract_params(cfg, heads):
   """Shapes of the parameters (no computation)."""
-  return nn.unbox(jax.eval_shape(functools.partial(_boxed_init, cfg, heads),
-                                 jax.random.key(0)))
+  boxed = jax.eval_shape(functools.partial(_boxed_init, cfg, heads),
+                         jax.random.key(0))
+  # `.value`, not `nn.unbox`: unboxing applies sharding constraints when
+  # logical-axis rules are active, and these are shapes, not arrays.
+  return jax.tree.map(lambda box: box.value, boxed,
+                      is_leaf=lambda x: isinstance(x, nn.Partitioned))
 
 
 def _seed_words(rng) -> np.ndarray:

@@ -319,7 +319,11 @@ class Decoder(nn.Module):
     """
     dtype = jnp.dtype(self.cfg.dtype)
     mask_bias = jnp.where(allowed, 0.0, _MASKED_SCORE)[:, None, None]
-    x = jnp.take(self.embedding, tokens, axis=0).astype(dtype)
+    # The table is gathered over the fsdp axis before the lookup (as every
+    # other weight is at its use), so the lookup is local to each batch
+    # shard instead of a gather of all B·T tokens per hidden-dim shard.
+    table = _constrain(self.embedding, axes.VOCAB, None)
+    x = jnp.take(table, tokens, axis=0).astype(dtype)
     x = _constrain(x, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)
     new_cache = []
     for i, block in enumerate(self.blocks):

@@ -32,6 +32,7 @@ class RunContext:
   model_config: models.ModelConfig
   writer: metrics_lib.MetricsWriter
   stage_order: list
+  rules: tuple = axes.DEFAULT_RULES  # Logical -> mesh axes (config.mesh.rules).
   start_time: float = dataclasses.field(default_factory=time.time)
 
   def checkpointer(self, stage: str) -> checkpoints.Checkpointer:
@@ -54,9 +55,10 @@ def _stable_hash(text: str) -> int:
 
 
 def param_shardings(model_config, mesh, heads=("lm",)):
-  """NamedShardings of the parameters, from their logical axis names."""
+  """NamedShardings of the parameters, from their logical axis names and the
+  active rules table (`mesh_lib.activate`; the default table outside it)."""
   logical = models.param_logical_axes(model_config, heads=heads)
-  return mesh_lib.logical_to_shardings(logical, mesh, axes.DEFAULT_RULES)
+  return mesh_lib.logical_to_shardings(logical, mesh)
 
 
 def place_params(ctx: RunContext, params, heads=("lm",)):

@@ -81,13 +81,18 @@ def build_context(config, workdir: str) -> context_lib.RunContext:
     raise config_lib.ConfigError(
         f"config.task: max_prompt_len + max_new_tokens = {needed} exceeds "
         f"the model context of {model_config.max_position_embeddings}.")
-  mesh = mesh_lib.make_mesh(dict(config.mesh))
+  mesh = mesh_lib.make_mesh(
+      {name: config.mesh[name] for name in mesh_lib.axes.MESH_AXES})
+  try:
+    rules = mesh_lib.parse_rules(config.mesh.rules)
+  except ValueError as e:
+    raise config_lib.ConfigError(str(e)) from None
   _check_config_file(config, workdir)
   return context_lib.RunContext(
       config=config, workdir=workdir, mesh=mesh, task=task,
       model_config=model_config,
       writer=metrics_lib.MetricsWriter(workdir),
-      stage_order=config_lib.stage_names(config))
+      stage_order=config_lib.stage_names(config), rules=rules)
 
 
 # Keys that may change when a workdir is resumed: budgets (to extend a run)
@@ -127,9 +132,18 @@ def _diff_keys(a, b, prefix=""):
 
 
 def run(config, workdir: str) -> dict:
-  """Runs every stage of `config` in `workdir`; returns the summary dict."""
+  """Runs every stage of `config` in `workdir`; returns the summary dict.
+
+  Everything runs inside `mesh_lib.activate(mesh, rules)`, so the logical
+  sharding of activations takes effect in every jitted function.
+  """
   start = time.time()
   ctx = build_context(config, workdir)
+  with mesh_lib.activate(ctx.mesh, ctx.rules):
+    return _run_stages(ctx, config, workdir, start)
+
+
+def _run_stages(ctx, config, workdir, start):
   print(f"rl_rewards: workdir {os.path.abspath(workdir)}; stages "
         f"{' -> '.join(ctx.stage_order)}; model "
         f"{config.model.hf_path or config.model.size} "

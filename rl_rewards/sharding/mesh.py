@@ -4,9 +4,17 @@ The mesh always has the three axes `('data', 'fsdp', 'tensor')` with `Auto`
 axis types (GSPMD-style propagation; `jax.make_mesh` would default to Explicit
 axes in recent JAX, which breaks an embedding gather). Batches are split over
 `('data', 'fsdp')`; parameters follow their logical axis names through a rules
-table (`axes.DEFAULT_RULES`).
+table (`axes.DEFAULT_RULES`, with the overrides of `config.mesh.rules`).
+
+Activations are annotated with logical names too (`nn.with_logical_constraint`
+in the model), and those annotations only take effect while a mesh and a
+rules table are active: every jitted function of a run is traced inside
+`activate(mesh, rules)`, which the pipeline enters once for the whole run.
+Without it, XLA is free to shard the hidden dimension instead of the batch,
+and every device would hold the whole global batch.
 """
 
+import contextlib
 from collections.abc import Mapping, Sequence
 
 import flax.linen as nn
@@ -92,9 +100,75 @@ def check_batch_divides(batch_size: int, mesh: jax.sharding.Mesh, what: str):
         f"a multiple of {ways}.")
 
 
+def parse_rules(overrides: str = "",
+                base: Sequence[tuple[str, object]] = axes.DEFAULT_RULES
+                ) -> tuple[tuple[str, object], ...]:
+  """The rules table: `base` with the entries named in `overrides` replaced.
+
+  Args:
+    overrides: comma-separated `logical=mesh_axes` entries, where mesh_axes is
+      `none` (replicated), one mesh axis, or several joined by `+`; e.g.
+      `"vocab=none,act_batch=data+fsdp,mlp=tensor"`. Empty keeps `base`.
+    base: the table to start from.
+
+  Returns:
+    A tuple of `(logical_name, mesh_axis | tuple of mesh axes | None)`, in
+    `base`'s order.
+
+  Raises:
+    ValueError: naming `config.mesh.rules` for an unknown logical name, an
+      unknown mesh axis or a malformed entry.
+  """
+  table = dict(base)
+  for entry in filter(None, (e.strip() for e in overrides.split(","))):
+    name, sep, value = entry.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep or not name or not value:
+      raise ValueError(f"config.mesh.rules: malformed entry {entry!r}; "
+                       "expected logical=mesh_axis (e.g. 'vocab=none').")
+    if name not in table:
+      raise ValueError(f"config.mesh.rules: unknown logical axis {name!r}; "
+                       f"expected one of {sorted(table)}.")
+    if value.lower() == "none":
+      table[name] = None
+      continue
+    parts = tuple(v.strip() for v in value.split("+"))
+    unknown = [v for v in parts if v not in axes.MESH_AXES]
+    if unknown:
+      raise ValueError(f"config.mesh.rules: {name}={value} names unknown mesh "
+                       f"axes {unknown}; the mesh axes are {axes.MESH_AXES}.")
+    table[name] = parts[0] if len(parts) == 1 else parts
+  return tuple(table.items())
+
+
+@contextlib.contextmanager
+def activate(mesh: jax.sharding.Mesh,
+             rules: Sequence[tuple[str, object]] = axes.DEFAULT_RULES):
+  """Makes the model's activation constraints take effect.
+
+  Inside this context `nn.with_logical_constraint` maps logical names to mesh
+  axes through `rules` and constrains arrays on `mesh`; outside it the
+  constraints are silently ignored. Functions must be traced (first called,
+  or lowered) inside it. The rules are not part of jit's cache key, so one
+  process should use one rules table per mesh.
+  """
+  with jax.set_mesh(mesh), nn.logical_axis_rules(list(rules)):
+    yield
+
+
+def active_rules() -> tuple[tuple[str, object], ...]:
+  """The rules table of the enclosing `activate`, else `axes.DEFAULT_RULES`."""
+  rules = nn.get_logical_axis_rules()
+  return tuple(rules) if rules else axes.DEFAULT_RULES
+
+
 def logical_to_shardings(logical_specs, mesh: jax.sharding.Mesh,
-                         rules: Sequence[tuple[str, object]] = axes.DEFAULT_RULES):
-  """Maps a pytree of logical PartitionSpecs to NamedShardings on `mesh`."""
+                         rules: Sequence[tuple[str, object]] | None = None):
+  """Maps a pytree of logical PartitionSpecs to NamedShardings on `mesh`.
+
+  `rules` defaults to the active table (see `active_rules`).
+  """
+  rules = active_rules() if rules is None else rules
   return nn.logical_to_mesh_sharding(logical_specs, mesh, list(rules))
 
 
