@@ -14,6 +14,7 @@ from rl_rewards.models.config import num_params
 from rl_rewards.models.config import preset
 from rl_rewards.models.hf import load_hf
 from rl_rewards.models.hf import save_hf
+from rl_rewards.models.model import abstract_params
 from rl_rewards.models.model import apply
 from rl_rewards.models.model import default_positions
 from rl_rewards.models.model import grow_cache

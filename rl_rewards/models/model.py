@@ -88,6 +88,14 @@ def _abstract_params(cfg, heads):
                       is_leaf=lambda x: isinstance(x, nn.Partitioned))
 
 
+def abstract_params(cfg: config_lib.ModelConfig, *,
+                    heads: Sequence[str] = ("lm",)) -> Params:
+  """The parameters' shapes and dtypes as `jax.ShapeDtypeStruct`s (nothing
+  is computed or allocated): what ahead-of-time compiles and the memory
+  planner start from."""
+  return _abstract_params(cfg, _check_heads(heads))
+
+
 def _seed_words(rng) -> np.ndarray:
   if isinstance(rng, jax.core.Tracer):
     raise ValueError("init_params runs on the host; pass a concrete PRNG key, "

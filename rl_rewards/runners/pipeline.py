@@ -64,6 +64,31 @@ def initial_params(ctx):
   return jax.device_put(params, shardings)
 
 
+def _mesh_and_rules(config):
+  mesh = mesh_lib.make_mesh(
+      {name: config.mesh[name] for name in mesh_lib.axes.MESH_AXES})
+  try:
+    rules = mesh_lib.parse_rules(config.mesh.rules)
+  except ValueError as e:
+    raise config_lib.ConfigError(str(e)) from None
+  return mesh, rules
+
+
+def plan_context(config):
+  """(model config, mesh, rules) of `config` without loading any weights or
+  data: what the memory planner compiles for. A `model.hf_path` needs only
+  its config.json; without one the task's tokenizer sets the vocabulary."""
+  config_lib.validate(config)
+  if config.model.hf_path:
+    model_config = _model_config(config, vocab_size=None)
+  else:
+    task = tasks_lib.make_task(config.task, config.seed,
+                               tokenizer=_hf_tokenizer(config), workdir="")
+    model_config = _model_config(config, task.tokenizer.vocab_size)
+  mesh, rules = _mesh_and_rules(config)
+  return model_config, mesh, rules
+
+
 def build_context(config, workdir: str) -> context_lib.RunContext:
   """Validates `config` and builds the shared run context."""
   config_lib.validate(config)
@@ -81,12 +106,7 @@ def build_context(config, workdir: str) -> context_lib.RunContext:
     raise config_lib.ConfigError(
         f"config.task: max_prompt_len + max_new_tokens = {needed} exceeds "
         f"the model context of {model_config.max_position_embeddings}.")
-  mesh = mesh_lib.make_mesh(
-      {name: config.mesh[name] for name in mesh_lib.axes.MESH_AXES})
-  try:
-    rules = mesh_lib.parse_rules(config.mesh.rules)
-  except ValueError as e:
-    raise config_lib.ConfigError(str(e)) from None
+  mesh, rules = _mesh_and_rules(config)
   _check_config_file(config, workdir)
   return context_lib.RunContext(
       config=config, workdir=workdir, mesh=mesh, task=task,
