@@ -228,8 +228,9 @@ def unstack_layers(cfg: config_lib.ModelConfig, params: Params) -> Params:
   return out
 
 
-def _check_layout(cfg, params):
-  """Clear error when params' layer layout differs from cfg.scan_layers."""
+def check_layout(cfg: config_lib.ModelConfig, params: Params) -> None:
+  """Raises a clear error when params' block layout differs from
+  `cfg.scan_layers` (per-layer `layers_{i}` vs stacked `layers`)."""
   if cfg.scan_layers and "layers_0" in params:
     raise ValueError("cfg.scan_layers is True but params hold per-layer "
                      "entries layers_{i}; convert them with "
@@ -267,7 +268,7 @@ def init_from_backbone(cfg: config_lib.ModelConfig, params: Params,
   (`cfg.scan_layers`).
   """
   heads = _check_heads(heads)
-  _check_layout(cfg, params)
+  check_layout(cfg, params)
   out = dict(init_params(cfg, rng, heads=heads))
   for name, value in params.items():
     is_backbone = name not in ("lm_head", "score_kernel", "score_bias")
@@ -400,7 +401,7 @@ def apply(cfg: config_lib.ModelConfig, params: Params, tokens: Array, *,
   batch, length = tokens.shape
   if attention_mask is None:
     attention_mask = jnp.ones((batch, length), bool)
-  _check_layout(cfg, params)
+  check_layout(cfg, params)
 
   if cache is None:
     if cache_index is not None:
