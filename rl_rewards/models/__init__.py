@@ -3,9 +3,10 @@
 Public API:
   ModelConfig, preset, num_params                    -- configuration
   init_params, init_from_backbone, param_logical_axes -- parameters
+  stack_layers, unstack_layers                       -- per-layer <-> scanned
   apply, logits, token_logprobs                      -- forward passes
   hidden_states, lm_head_kernel                      -- the trunk and LM head
-  KVCache, init_cache, grow_cache                    -- incremental decoding
+  KVCache, init_cache, grow_cache, repeat_cache      -- incremental decoding
   load_hf, save_hf                                   -- Hugging Face checkpoints
 """
 
@@ -26,4 +27,7 @@ from rl_rewards.models.model import KVCache
 from rl_rewards.models.model import lm_head_kernel
 from rl_rewards.models.model import logits
 from rl_rewards.models.model import param_logical_axes
+from rl_rewards.models.model import repeat_cache
+from rl_rewards.models.model import stack_layers
 from rl_rewards.models.model import token_logprobs
+from rl_rewards.models.model import unstack_layers

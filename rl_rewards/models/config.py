@@ -4,7 +4,9 @@
 `jax.jit` as a static argument. It describes a Qwen2/Llama-style decoder in the
 same terms as a Hugging Face `config.json` (see `models/hf.py` for the
 mapping). Parameters are always stored in float32; `dtype` is the activation
-(compute) dtype.
+(compute) dtype. `dtype`, `scan_layers` and `remat` describe how the model is
+run, not the model: they are not part of a Hugging Face config.json, and
+changing them never changes the model's outputs beyond float rounding.
 """
 
 import dataclasses
@@ -12,6 +14,8 @@ import dataclasses
 ARCHITECTURES = ("qwen2", "llama")
 ACTIVATION_DTYPES = ("float32", "bfloat16")
 HEAD_NAMES = ("lm", "score")
+# What the backward pass of a decoder block keeps (see `ModelConfig.remat`).
+REMAT_POLICIES = ("none", "full", "dots")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +41,15 @@ class ModelConfig:
     dtype: activation dtype, "float32" or "bfloat16". Parameters stay float32.
     architecture: "qwen2" or "llama"; decides the Hugging Face `model_type`
       written by `save_hf`.
+    scan_layers: run the blocks under one `nn.scan`, with every block
+      parameter stacked on a leading layers axis (`params["layers"]`, [L, ...])
+      instead of one subtree per block (`params["layers_{i}"]`). Compile time
+      and program size then no longer grow with depth. `stack_layers` /
+      `unstack_layers` convert between the two layouts.
+    remat: what a block keeps for the backward pass: "none" (everything),
+      "full" (only its input; the block is recomputed) or "dots" (its
+      projection and MLP matmul outputs; the attention scores and the
+      elementwise work are recomputed).
   """
   vocab_size: int
   hidden_size: int
@@ -52,6 +65,8 @@ class ModelConfig:
   max_position_embeddings: int = 2048
   dtype: str = "float32"
   architecture: str = "qwen2"
+  scan_layers: bool = False
+  remat: str = "none"
 
   def __post_init__(self):
     positive_ints = ("vocab_size", "hidden_size", "num_layers", "num_heads",
@@ -83,6 +98,14 @@ class ModelConfig:
       raise ValueError(
           f"ModelConfig.architecture must be one of {ARCHITECTURES}, got "
           f"{self.architecture!r}.")
+    if not isinstance(self.scan_layers, bool):
+      raise ValueError(
+          f"ModelConfig.scan_layers must be a bool, got {self.scan_layers!r}.")
+    if self.remat not in REMAT_POLICIES:
+      raise ValueError(
+          f"ModelConfig.remat must be one of {REMAT_POLICIES} (\"none\": keep "
+          "all activations, \"full\": recompute each block, \"dots\": keep "
+          f"only matmul outputs), got {self.remat!r}.")
 
   @property
   def num_query_groups(self) -> int:

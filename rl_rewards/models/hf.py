@@ -24,6 +24,11 @@ Weights are read with `safetensors` one tensor at a time (never pickle), from
 
 The `score.*` tensors are this package's own extension for value models and
 PRMs (loaded when present, written when the params have a score head).
+
+With `scan_layers=True` the per-layer tensors are stacked on a leading [L]
+axis under `layers` (e.g. `layers.attention.q_kernel` [L, D, H, Dh]); the
+files are the same in both layouts. How the model runs (`dtype`,
+`scan_layers`, `remat`) is not in config.json: the caller passes it.
 """
 
 import json
@@ -36,6 +41,7 @@ from safetensors import numpy as safetensors_numpy
 import safetensors
 
 from rl_rewards.models import config as config_lib
+from rl_rewards.models import model as model_lib
 
 Params = Any
 
@@ -61,8 +67,20 @@ def _rope_theta(hf_config, path):
 
 
 def config_from_hf(hf_config: Dict[str, Any], *, dtype: str = "float32",
-                   path: str = _CONFIG_FILE) -> config_lib.ModelConfig:
-  """`ModelConfig` from a parsed Hugging Face config.json dict."""
+                   path: str = _CONFIG_FILE, scan_layers: bool = False,
+                   remat: str = "none") -> config_lib.ModelConfig:
+  """`ModelConfig` from a parsed Hugging Face config.json dict.
+
+  Args:
+    hf_config: the parsed config.json.
+    dtype: activation dtype ("float32" / "bfloat16").
+    path: where hf_config came from (for error messages).
+    scan_layers: `ModelConfig.scan_layers` (the parameter layout).
+    remat: `ModelConfig.remat` ("none" / "full" / "dots").
+
+  Returns:
+    The validated `ModelConfig`.
+  """
   model_type = hf_config.get("model_type")
   if model_type not in _HF_ARCHITECTURES:
     raise ValueError(f"{path}: model_type {model_type!r} is not supported; "
@@ -100,7 +118,9 @@ def config_from_hf(hf_config: Dict[str, Any], *, dtype: str = "float32",
         max_position_embeddings=int(
             hf_config.get("max_position_embeddings", 2048)),
         dtype=dtype,
-        architecture=model_type)
+        architecture=model_type,
+        scan_layers=scan_layers,
+        remat=remat)
   except KeyError as e:
     raise ValueError(f"{path}: missing key {e.args[0]!r}.") from None
 
@@ -142,7 +162,11 @@ def config_to_hf(cfg: config_lib.ModelConfig) -> Dict[str, Any]:
 
 def _tensor_layouts(cfg: config_lib.ModelConfig, heads) -> Dict[
     Tuple[str, ...], Tuple[str, Tuple[int, ...], Callable, Callable]]:
-  """params path -> (HF name, HF shape, hf_to_ours, ours_to_hf)."""
+  """params path -> (HF name, HF shape, hf_to_ours, ours_to_hf).
+
+  Paths are those of the per-layer layout (`layers_{i}`) whatever
+  `cfg.scan_layers`; `load_hf` stacks them, `save_hf` unstacks first.
+  """
   d, f, dh = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
   h, kvh, v = cfg.num_heads, cfg.num_kv_heads, cfg.vocab_size
 
@@ -249,8 +273,8 @@ class _TensorReader:
 
 
 def load_hf(path: str, *, dtype: str = "float32",
-            shardings: Optional[Params] = None
-            ) -> Tuple[config_lib.ModelConfig, Params]:
+            shardings: Optional[Params] = None, scan_layers: bool = False,
+            remat: str = "none") -> Tuple[config_lib.ModelConfig, Params]:
   """Loads a Hugging Face Qwen2 / Llama checkpoint directory.
 
   Args:
@@ -260,7 +284,11 @@ def load_hf(path: str, *, dtype: str = "float32",
       parameters are always converted to float32.
     shardings: optional pytree of `jax.sharding.Sharding` with the structure
       of the params; each tensor is then placed directly into its sharding,
-      one tensor at a time.
+      one tensor at a time (one stacked [L, ...] tensor at a time with
+      `scan_layers`, assembled on the host).
+    scan_layers: return the stacked layout of scanned blocks (see
+      `ModelConfig.scan_layers`); the config says so too.
+    remat: `ModelConfig.remat` of the returned config.
 
   Returns:
     (model_config, params). params has an "lm" head, plus a "score" head when
@@ -274,29 +302,45 @@ def load_hf(path: str, *, dtype: str = "float32",
       hf_config = json.load(f)
     except json.JSONDecodeError as e:
       raise ValueError(f"{config_path}: invalid JSON ({e}).") from None
-  cfg = config_from_hf(hf_config, dtype=dtype, path=config_path)
+  cfg = config_from_hf(hf_config, dtype=dtype, path=config_path,
+                       scan_layers=scan_layers, remat=remat)
   reader = _TensorReader(path)
   heads = ("lm", "score") if "score.weight" in reader else ("lm",)
+  layouts = _tensor_layouts(cfg, heads)
+
+  def read(ours):
+    name, shape, to_ours, _ = layouts[ours]
+    tensor, file = reader.get(name)
+    if tuple(tensor.shape) != shape:
+      raise ValueError(f"{file}: tensor {name!r} has shape "
+                       f"{tuple(tensor.shape)}, expected {shape} from "
+                       f"{config_path}.")
+    return np.ascontiguousarray(to_ours(tensor.astype(np.float32)))
+
+  # Destination paths in the layout of cfg, each with its per-layer sources.
+  targets = {}
+  for ours in layouts:
+    if cfg.scan_layers and ours[0].startswith("layers_"):
+      targets.setdefault(("layers",) + ours[1:], []).append(ours)
+    else:
+      targets[ours] = [ours]
   params = {}
   try:
-    for ours, (name, shape, to_ours, _) in _tensor_layouts(cfg,
-                                                           heads).items():
-      tensor, file = reader.get(name)
-      if tuple(tensor.shape) != shape:
-        raise ValueError(f"{file}: tensor {name!r} has shape "
-                         f"{tuple(tensor.shape)}, expected {shape} from "
-                         f"{config_path}.")
-      value = np.ascontiguousarray(to_ours(tensor.astype(np.float32)))
+    for target, sources in targets.items():
+      if len(sources) == 1 and sources[0] == target:
+        value = read(target)
+      else:  # Sources are layers_0 ... layers_{L-1}, in order.
+        value = np.stack([read(source) for source in sources])
       if shardings is not None:
         try:
-          sharding = _get_path(shardings, ours)
+          sharding = _get_path(shardings, target)
         except (KeyError, TypeError):
           raise ValueError(f"shardings has no entry for params path "
-                           f"{'/'.join(ours)}.") from None
+                           f"{'/'.join(target)}.") from None
         value = jax.device_put(value, sharding)
       else:
         value = jax.numpy.asarray(value)
-      _set_path(params, ours, value)
+      _set_path(params, target, value)
   finally:
     reader.close()
   return cfg, params
@@ -309,15 +353,21 @@ def save_hf(path: str, cfg: config_lib.ModelConfig, params: Params) -> None:
   """Writes config.json and model.safetensors (float32) in the HF layout.
 
   The result loads with transformers' `AutoModelForCausalLM.from_pretrained`
-  and with `load_hf`; save -> load -> save is bit-identical.
+  and with `load_hf`; save -> load -> save is bit-identical. `params` are in
+  the layout of `cfg` (stacked when `cfg.scan_layers`); the files are the
+  same for both layouts.
   """
+  model_lib.check_layout(cfg, params)
+  if cfg.scan_layers:
+    params = model_lib.unstack_layers(cfg, jax.device_get(params))
   heads = ()
   if "lm_head" in params or cfg.tie_word_embeddings:
     heads += ("lm",)
   if "score_kernel" in params:
     heads += ("score",)
   tensors = {}
-  for ours, (name, shape, _, to_hf) in _tensor_layouts(cfg, heads).items():
+  layouts = _tensor_layouts(cfg, heads)
+  for ours, (name, shape, _, to_hf) in layouts.items():
     try:
       value = _get_path(params, ours)
     except (KeyError, TypeError):

@@ -14,11 +14,17 @@ With a KV cache (`init_cache`), the T new tokens are written at slots
 [cache_index, cache_index + T) and attend to every earlier valid slot; the
 updated cache is returned. Parameters are plain nested dicts of float32
 arrays; `param_logical_axes` gives the matching logical `PartitionSpec`s.
+
+Two parameter layouts, chosen by `cfg.scan_layers`: one subtree per block,
+`params["layers_{i}"]`, or every block parameter stacked on a leading [L]
+axis, `params["layers"]` (the blocks then run under one `nn.scan`).
+`stack_layers` / `unstack_layers` convert; `init_params` draws the same
+values in both layouts.
 """
 
 import functools
 import zlib
-from typing import Any, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
 
 import flax.linen as nn
 import jax
@@ -31,25 +37,36 @@ from rl_rewards.models import transformer
 Array = jax.Array
 Params = Any
 
+# Key of the stacked block parameters in the scanned layout.
+_STACKED = "layers"
+
 
 class KVCache(NamedTuple):
-  """Per-layer keys and values of the tokens seen so far.
+  """Keys and values of the tokens seen so far, in the layout that
+  `jax.nn.dot_product_attention` reads ([B, S, KVH, Dh] per layer).
 
-  The layouts make both attention products plain batched matmuls over the
-  stored cache (no per-step transposes of the cache).
+  With per-layer blocks (`cfg.scan_layers` False) `k` and `v` are tuples of
+  L arrays [B, S, KVH, Dh], each updated in place by its block; with scanned
+  blocks they are single arrays [L, B, S, KVH, Dh] carried through the scan.
+  Either way `cache.k[i]` is layer i's keys and `len(cache.k)` is L.
 
   Attributes:
-    k: tuple of `num_layers` arrays [B, KVH, Dh, S] (activation dtype).
-    v: tuple of `num_layers` arrays [B, KVH, S, Dh].
+    k: keys (activation dtype), per-layer tuple or stacked array.
+    v: values, the layout of `k`.
     key_mask: [B, S] bool, True on slots that hold a real (non-pad) token.
   """
-  k: Tuple[Array, ...]
-  v: Tuple[Array, ...]
+  k: Union[Tuple[Array, ...], Array]
+  v: Union[Tuple[Array, ...], Array]
   key_mask: Array
 
   @property
   def max_len(self) -> int:
     return self.key_mask.shape[1]
+
+  @property
+  def stacked(self) -> bool:
+    """True for the [L, B, S, KVH, Dh] layout of scanned blocks."""
+    return not isinstance(self.k, (tuple, list))
 
 
 def _check_heads(heads):
@@ -127,8 +144,10 @@ def init_params(cfg: config_lib.ModelConfig, rng: Array, *,
       params; each array is placed directly into its sharding.
 
   Returns:
-    The parameter dict: `embed` [V, D], `layers_{i}`, `final_norm`, and
-    `lm_head` [D, V] / `score_kernel` [D, 1] + `score_bias` [1] per head.
+    The parameter dict: `embed` [V, D], `layers_{i}` (or `layers` with an
+    [L] leading axis when `cfg.scan_layers`; the same values either way),
+    `final_norm`, and `lm_head` [D, V] / `score_kernel` [D, 1] +
+    `score_bias` [1] per head.
   """
   heads = _check_heads(heads)
   seed = _seed_words(rng)
@@ -137,15 +156,100 @@ def init_params(cfg: config_lib.ModelConfig, rng: Array, *,
   sharding_leaves = (
       [None] * len(paths_and_leaves) if shardings is None
       else treedef.flatten_up_to(shardings))
+
+  def draw(names, shape):
+    path_hash = zlib.crc32("/".join(names).encode())
+    generator = np.random.default_rng([*seed.tolist(), path_hash])
+    return transformer.initial_value(names[-1], shape, generator)
+
   values = []
   for (path, leaf), sharding in zip(paths_and_leaves, sharding_leaves):
     names = [entry.key for entry in path]
-    path_hash = zlib.crc32("/".join(names).encode())
-    generator = np.random.default_rng([*seed.tolist(), path_hash])
-    value = transformer.initial_value(names[-1], leaf.shape, generator)
+    if names[0] == _STACKED:
+      # Drawn per block under the per-layer names, so that both layouts
+      # hold the same values.
+      value = np.stack([draw([f"layers_{i}", *names[1:]], leaf.shape[1:])
+                        for i in range(cfg.num_layers)])
+    else:
+      value = draw(names, leaf.shape)
     values.append(jnp.asarray(value) if sharding is None
                   else jax.device_put(value, sharding))
   return jax.tree.unflatten(treedef, values)
+
+
+def _layer_names(cfg):
+  return [f"layers_{i}" for i in range(cfg.num_layers)]
+
+
+def _stack(arrays):
+  if all(isinstance(x, np.ndarray) for x in arrays):
+    return np.stack(arrays)  # Host arrays stay on the host.
+  return jnp.stack(arrays)
+
+
+def stack_layers(cfg: config_lib.ModelConfig, params: Params) -> Params:
+  """Per-layer parameters -> the scanned layout.
+
+  out["layers"][path][i] = params[f"layers_{i}"][path] for i < L; every
+  other entry (embedding, final norm, heads) is passed through. numpy
+  leaves stay numpy, others become jax arrays.
+
+  Args:
+    cfg: the model configuration (either value of `scan_layers`; only
+      `num_layers` is read).
+    params: parameters with `layers_0` ... `layers_{L-1}`.
+
+  Returns:
+    Parameters with one `layers` subtree of [L, ...] leaves.
+  """
+  names = _layer_names(cfg)
+  missing = [name for name in names if name not in params]
+  if _STACKED in params or missing:
+    raise ValueError(
+        f"stack_layers needs per-layer params layers_0..layers_"
+        f"{cfg.num_layers - 1}; got entries {sorted(params)}.")
+  out = {k: v for k, v in params.items() if k not in names}
+  out[_STACKED] = jax.tree.map(lambda *xs: _stack(xs),
+                               *[params[name] for name in names])
+  return out
+
+
+def unstack_layers(cfg: config_lib.ModelConfig, params: Params) -> Params:
+  """Scanned parameters -> one `layers_{i}` subtree per block.
+
+  out[f"layers_{i}"][path] = params["layers"][path][i]; the inverse of
+  `stack_layers`.
+
+  Args:
+    cfg: the model configuration (only `num_layers` is read).
+    params: parameters with a `layers` subtree of [L, ...] leaves.
+
+  Returns:
+    Parameters with `layers_0` ... `layers_{L-1}`.
+  """
+  if _STACKED not in params:
+    raise ValueError(f"unstack_layers needs stacked params with a "
+                     f"'{_STACKED}' entry; got entries {sorted(params)}.")
+  for leaf in jax.tree.leaves(params[_STACKED]):
+    if leaf.shape[:1] != (cfg.num_layers,):
+      raise ValueError(f"stacked params have a leaf of shape {leaf.shape}; "
+                       f"expected a leading axis of {cfg.num_layers} layers.")
+  out = {k: v for k, v in params.items() if k != _STACKED}
+  for i, name in enumerate(_layer_names(cfg)):
+    out[name] = jax.tree.map(lambda x, i=i: x[i], params[_STACKED])
+  return out
+
+
+def check_layout(cfg: config_lib.ModelConfig, params: Params) -> None:
+  """Raises a clear error when params' block layout differs from
+  `cfg.scan_layers` (per-layer `layers_{i}` vs stacked `layers`)."""
+  if cfg.scan_layers and "layers_0" in params:
+    raise ValueError("cfg.scan_layers is True but params hold per-layer "
+                     "entries layers_{i}; convert them with "
+                     "stack_layers(cfg, params).")
+  if not cfg.scan_layers and _STACKED in params:
+    raise ValueError("cfg.scan_layers is False but params hold stacked "
+                     "'layers'; convert them with unstack_layers(cfg, params).")
 
 
 def param_logical_axes(cfg: config_lib.ModelConfig, *,
@@ -153,8 +257,10 @@ def param_logical_axes(cfg: config_lib.ModelConfig, *,
   """The pytree of logical `PartitionSpec`s matching `init_params`' output.
 
   Each leaf is a `jax.sharding.PartitionSpec` of names from
-  `rl_rewards.sharding.axes` (e.g. `PartitionSpec('embed', 'mlp')`); map them
-  to mesh shardings with `nn.logical_to_mesh_sharding(specs, mesh, rules)`.
+  `rl_rewards.sharding.axes` (e.g. `PartitionSpec('embed', 'mlp')`, or
+  `PartitionSpec('layers', 'embed', 'mlp')` for a stacked block parameter
+  when `cfg.scan_layers`); map them to mesh shardings with
+  `nn.logical_to_mesh_sharding(specs, mesh, rules)`.
   """
   heads = _check_heads(heads)
   boxed = jax.eval_shape(
@@ -170,9 +276,11 @@ def init_from_backbone(cfg: config_lib.ModelConfig, params: Params,
   Used to start a value model or PRM from a policy: the embedding, blocks and
   final norm are copied from `params`, an LM head is kept when `heads` has
   "lm" and `params` has one, and the score head is always freshly
-  initialised from `rng`.
+  initialised from `rng`. `params` must be in the layout of `cfg`
+  (`cfg.scan_layers`).
   """
   heads = _check_heads(heads)
+  check_layout(cfg, params)
   out = dict(init_params(cfg, rng, heads=heads))
   for name, value in params.items():
     is_backbone = name not in ("lm_head", "score_kernel", "score_bias")
@@ -183,24 +291,40 @@ def init_from_backbone(cfg: config_lib.ModelConfig, params: Params,
 
 def init_cache(cfg: config_lib.ModelConfig, batch_size: int,
                max_len: int) -> KVCache:
-  """An empty KV cache with `max_len` slots (all slots invalid)."""
+  """An empty KV cache with `max_len` slots (all slots invalid).
+
+  Keys and values are zeros in the activation dtype: L arrays
+  [B, S, KVH, Dh], or one [L, B, S, KVH, Dh] array when `cfg.scan_layers`.
+  """
   if batch_size <= 0 or max_len <= 0:
     raise ValueError(f"init_cache needs batch_size > 0 and max_len > 0, got "
                      f"{batch_size} and {max_len}.")
   dtype = jnp.dtype(cfg.dtype)
-  k_shape = (batch_size, cfg.num_kv_heads, cfg.head_dim, max_len)
-  v_shape = (batch_size, cfg.num_kv_heads, max_len, cfg.head_dim)
-  return KVCache(
-      k=tuple(jnp.zeros(k_shape, dtype) for _ in range(cfg.num_layers)),
-      v=tuple(jnp.zeros(v_shape, dtype) for _ in range(cfg.num_layers)),
-      key_mask=jnp.zeros((batch_size, max_len), bool))
+  shape = (batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
+
+  def zeros(shape):
+    return transformer.constrain_kv(jnp.zeros(shape, dtype))
+  if cfg.scan_layers:
+    k = zeros((cfg.num_layers, *shape))
+    v = zeros((cfg.num_layers, *shape))
+  else:
+    k = tuple(zeros(shape) for _ in range(cfg.num_layers))
+    v = tuple(zeros(shape) for _ in range(cfg.num_layers))
+  return KVCache(k=k, v=v, key_mask=jnp.zeros((batch_size, max_len), bool))
+
+
+def _map_kv(fn, cache: KVCache):
+  """fn(x, batch_axis) on every key/value array of `cache`."""
+  if cache.stacked:
+    return fn(cache.k, 1), fn(cache.v, 1)
+  return (tuple(fn(x, 0) for x in cache.k), tuple(fn(x, 0) for x in cache.v))
 
 
 def grow_cache(cache: KVCache, max_len: int) -> KVCache:
   """`cache` with empty (invalid) slots appended up to `max_len` slots.
 
   The existing slots keep their keys, values and mask; the new ones are
-  zeros with key_mask False, as in `init_cache`.
+  zeros with key_mask False, as in `init_cache`. Either layout.
   """
   extra = max_len - cache.max_len
   if extra < 0:
@@ -210,9 +334,23 @@ def grow_cache(cache: KVCache, max_len: int) -> KVCache:
     widths = [(0, 0)] * x.ndim
     widths[axis] = (0, extra)
     return jnp.pad(x, widths)
-  return KVCache(k=tuple(pad(k, 3) for k in cache.k),
-                 v=tuple(pad(v, 2) for v in cache.v),
-                 key_mask=pad(cache.key_mask, 1))
+  # The slot axis follows the batch axis.
+  k, v = _map_kv(
+      lambda x, b: transformer.constrain_kv(pad(x, b + 1)), cache)
+  return KVCache(k=k, v=v, key_mask=pad(cache.key_mask, 1))
+
+
+def repeat_cache(cache: KVCache, repeats: int) -> KVCache:
+  """Each row of `cache` repeated `repeats` times, consecutively.
+
+  Row r of the result is row r // repeats of `cache` (`jnp.repeat` on the
+  batch axis): B -> B * repeats rows, either layout.
+  """
+  k, v = _map_kv(
+      lambda x, b: transformer.constrain_kv(jnp.repeat(x, repeats, axis=b)),
+      cache)
+  return KVCache(k=k, v=v,
+                 key_mask=jnp.repeat(cache.key_mask, repeats, axis=0))
 
 
 def default_positions(attention_mask: Array) -> Array:
@@ -275,6 +413,7 @@ def apply(cfg: config_lib.ModelConfig, params: Params, tokens: Array, *,
   batch, length = tokens.shape
   if attention_mask is None:
     attention_mask = jnp.ones((batch, length), bool)
+  check_layout(cfg, params)
 
   if cache is None:
     if cache_index is not None:
@@ -290,6 +429,10 @@ def apply(cfg: config_lib.ModelConfig, params: Params, tokens: Array, *,
   if len(cache.k) != cfg.num_layers:
     raise ValueError(f"cache has {len(cache.k)} layers, the config "
                      f"{cfg.num_layers}.")
+  if cache.stacked != cfg.scan_layers:
+    raise ValueError(f"cache layout (stacked={cache.stacked}) does not match "
+                     f"cfg.scan_layers={cfg.scan_layers}; build it with "
+                     "init_cache(cfg, ...).")
   if isinstance(cache_index, (int, np.integer)):
     if not 0 <= cache_index <= cache.max_len - length:
       raise ValueError(f"cache_index {cache_index} + {length} new tokens "

@@ -14,9 +14,16 @@ with RMSNorm(x) = x * rsqrt(mean(x^2) + eps) * w computed in float32, the
 attention scale 1/sqrt(Dh) and RoPE in the "rotate_half" convention
 (the two halves of each head are the real and imaginary parts).
 
-Shapes: tokens [B, T]; activations [B, T, D]; queries [B, T, H, Dh]; keys and
-values in the cache layouts [B, KVH, Dh, S] and [B, KVH, S, Dh], where S is
-the number of key slots (T without a cache).
+Shapes: tokens [B, T]; activations [B, T, D]; queries [B, T, H, Dh]; keys
+and values [B, S, KVH, Dh], where S is the number of key slots (T without a
+cache), stacked to [L, B, S, KVH, Dh] in a cache of scanned layers.
+Attention goes through `jax.nn.dot_product_attention` with a boolean mask
+(causal by slot, padding, cache validity).
+
+With `cfg.scan_layers` the L blocks are one `nn.scan` over a `ScanBlock`
+whose parameters are stacked on a leading axis (logical name `layers`);
+otherwise they are L separate `Block`s `layers_{i}`. `cfg.remat` wraps the
+block in `nn.remat` (`remat_block`).
 Every parameter carries logical axis names from `rl_rewards.sharding.axes`.
 """
 
@@ -31,11 +38,6 @@ from rl_rewards.models import config as config_lib
 from rl_rewards.sharding import axes
 
 Array = jax.Array
-
-# Scores of masked-out keys. Finite, so a query with no valid key (a padding
-# token) gets a uniform, finite distribution instead of NaN.
-_MASKED_SCORE = -1e30
-
 
 # How every parameter is initialised, by leaf name: (kind, number of leading
 # fan-in axes). One table serves the Linen initialisers and the host-side
@@ -150,26 +152,105 @@ class RMSNorm(nn.Module):
     return normed.astype(self.dtype) * scale.astype(self.dtype)
 
 
+def attention(q: Array, k: Array, v: Array, allowed: Array) -> Array:
+  """Masked grouped-query attention through `jax.nn.dot_product_attention`.
+
+  out[b, t, n] = sum_s w[b, n, t, s] v[b, s, n // G],
+  w[b, n, t, :] = softmax_s(where(allowed[b, t, s],
+                                  q[b, t, n] . k[b, s, n // G] / sqrt(Dh),
+                                  -big)),
+
+  with G = H / KVH query heads per key/value head (Hugging Face `repeat_kv`
+  order; K and V are not repeated). Scores and softmax are float32, the
+  products take the inputs' dtype. `implementation=None` lets JAX pick the
+  kernel (its XLA path by default). A query with no allowed key (a padding
+  token) gets equal weights over all S slots, so its output and gradients
+  stay finite (they are never used).
+
+  Args:
+    q: [B, T, H, Dh] queries.
+    k: [B, S, KVH, Dh] keys, the dtype of q.
+    v: [B, S, KVH, Dh] values, the dtype of q.
+    allowed: [B, T, S] bool, True where query t may attend to key slot s.
+
+  Returns:
+    [B, T, H, Dh], the dtype of q.
+  """
+  return jax.nn.dot_product_attention(q, k, v, mask=allowed[:, None],
+                                      implementation=None)
+
+
+def constrain_kv(x: Array) -> Array:
+  """Sharding annotation of cached keys or values.
+
+  [B, S, KVH, Dh] (one layer) or [L, B, S, KVH, Dh] (stacked): the batch
+  axis follows `ACT_BATCH` and the key/value heads `ACT_KV_HEADS`. A no-op
+  unless logical axis rules and a mesh are active.
+  """
+  names = (axes.ACT_BATCH, None, axes.ACT_KV_HEADS, None)
+  if x.ndim == 5:
+    names = (axes.LAYERS,) + names
+  return _constrain(x, *names)
+
+
+def write_kv(kv_cache, k, v, cache_index, layer):
+  """Writes new keys/values into a cache and returns what attention reads.
+
+  new_cache[..., s, :, :] = k[:, s - cache_index] for s in
+  [cache_index, cache_index + T), the other slots unchanged.
+
+  Args:
+    kv_cache: (cache_k, cache_v), each [B, S, KVH, Dh] for one layer
+      (`layer` None) or [L, B, S, KVH, Dh] for all layers (`layer` the int32
+      index of this block; the write is in place in the stacked buffer).
+    k: [B, T, KVH, Dh] new keys.
+    v: [B, T, KVH, Dh] new values.
+    cache_index: int or int32 scalar, first slot of the new tokens.
+    layer: None or int32 scalar.
+
+  Returns:
+    (keys [B, S, KVH, Dh], values [B, S, KVH, Dh], updated kv_cache).
+  """
+  cache_k, cache_v = kv_cache
+  if layer is None:
+    start = (0, cache_index, 0, 0)
+    cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype),
+                                           start)
+    cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype),
+                                           start)
+    cache_k, cache_v = constrain_kv(cache_k), constrain_kv(cache_v)
+    return cache_k, cache_v, (cache_k, cache_v)
+  start = (layer, 0, cache_index, 0, 0)
+  cache_k = constrain_kv(jax.lax.dynamic_update_slice(
+      cache_k, k.astype(cache_k.dtype)[None], start))
+  cache_v = constrain_kv(jax.lax.dynamic_update_slice(
+      cache_v, v.astype(cache_v.dtype)[None], start))
+  keys = jax.lax.dynamic_index_in_dim(cache_k, layer, 0, keepdims=False)
+  values = jax.lax.dynamic_index_in_dim(cache_v, layer, 0, keepdims=False)
+  return constrain_kv(keys), constrain_kv(values), (cache_k, cache_v)
+
+
 class Attention(nn.Module):
   """Grouped-query self-attention with RoPE and an optional KV cache."""
   cfg: config_lib.ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, mask_bias, layer_cache, cache_index):
+  def __call__(self, x, positions, allowed, kv_cache, cache_index,
+               layer=None):
     """Attention of the new tokens over all allowed key slots.
 
     Args:
       x: [B, T, D] normalised activations.
       positions: [B, T] RoPE position ids.
-      mask_bias: [B, 1, 1, T, S] float32, 0 where query t may attend to key
-        slot s and a large negative number elsewhere.
-      layer_cache: None, or (k [B, KVH, Dh, S_max], v [B, KVH, S_max, Dh]):
-        the new keys and values are written at slots
-        [cache_index, cache_index + T).
+      allowed: [B, T, S] bool, True where query t may attend to key slot s.
+      kv_cache: None, or (k, v) as in `write_kv`: the new keys and values
+        are written at slots [cache_index, cache_index + T) and attention
+        reads all S slots of the cache.
       cache_index: int or int32 scalar, first slot of the new tokens.
+      layer: index of this block in a stacked cache (None: per-layer cache).
 
     Returns:
-      ([B, T, D] output, updated (k, v) or None).
+      ([B, T, D] output, updated kv_cache or None).
     """
     cfg = self.cfg
     dtype = jnp.dtype(cfg.dtype)
@@ -199,43 +280,18 @@ class Attention(nn.Module):
     k = _constrain(apply_rope(k, positions, cfg.rope_theta),
                    axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_KV_HEADS, None)
     v = _constrain(v, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_KV_HEADS, None)
-
-    # Cache layouts: keys [B, KVH, Dh, S], values [B, KVH, S, Dh]. Both
-    # attention products are then plain batched matmuls whose large operand
-    # (the cache) is read in its stored layout, without transposes.
-    k = k.transpose(0, 2, 3, 1)
-    v = jnp.swapaxes(v, 1, 2)
-    new_cache = None
-    if layer_cache is not None:
-      cache_k, cache_v = layer_cache
-      cache_k = jax.lax.dynamic_update_slice(
-          cache_k, k.astype(cache_k.dtype), (0, 0, 0, cache_index))
-      cache_v = jax.lax.dynamic_update_slice(
-          cache_v, v.astype(cache_v.dtype), (0, 0, cache_index, 0))
-      new_cache = (cache_k, cache_v)
-      k, v = cache_k, cache_v
-
-    batch, length = x.shape[:2]
-    groups = cfg.num_query_groups
-    # Query head n uses key/value head n // groups (HF repeat_kv). The G query
-    # heads of a key/value head and the T tokens form one matmul dimension.
-    q = q.reshape(batch, length, kvh, groups, dh).transpose(0, 2, 3, 1, 4)
-    q = q.reshape(batch, kvh, groups * length, dh)
-    scores = jnp.einsum("bkmd,bkds->bkms", q, k.astype(dtype))
-    scores = scores.astype(jnp.float32) * (dh ** -0.5)
-    scores = scores.reshape(batch, kvh, groups, length, -1) + mask_bias
-    weights = jax.nn.softmax(scores, axis=-1).astype(dtype)
-    weights = weights.reshape(batch, kvh, groups * length, -1)
-    out = jnp.einsum("bkms,bksd->bkmd", weights, v.astype(dtype))
-    out = out.reshape(batch, kvh, groups, length, dh)
-    out = out.transpose(0, 3, 1, 2, 4).reshape(batch, length, h, dh)
+    if kv_cache is not None:
+      k, v, kv_cache = write_kv(kv_cache, k, v, cache_index, layer)
+    out = attention(q, k.astype(dtype), v.astype(dtype), allowed)
+    out = _constrain(out, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_HEADS,
+                     None)
 
     o_kernel = self.param(
         "o_kernel",
         _partitioned("o_kernel", (axes.HEADS, axes.HEAD_DIM, axes.EMBED)),
         (h, dh, d), jnp.float32)
     out = jnp.einsum("bthd,hdD->btD", out, o_kernel.astype(dtype))
-    return out, new_cache
+    return out, kv_cache
 
 
 class MLP(nn.Module):
@@ -265,18 +321,58 @@ class Block(nn.Module):
   """Pre-norm decoder block: attention and MLP, each with a residual."""
   cfg: config_lib.ModelConfig
 
-  @nn.compact
-  def __call__(self, x, positions, mask_bias, layer_cache, cache_index):
+  def setup(self):
     cfg = self.cfg
     dtype = jnp.dtype(cfg.dtype)
-    attn_out, new_cache = Attention(cfg, name="attention")(
-        RMSNorm(cfg.rms_norm_eps, dtype, name="input_norm")(x), positions,
-        mask_bias, layer_cache, cache_index)
+    self.input_norm = RMSNorm(cfg.rms_norm_eps, dtype)
+    self.attention = Attention(cfg)
+    self.post_attention_norm = RMSNorm(cfg.rms_norm_eps, dtype)
+    self.mlp = MLP(cfg)
+
+  def __call__(self, x, positions, allowed, kv_cache, cache_index,
+               layer=None):
+    """[B, T, D] -> ([B, T, D], updated kv_cache); arguments as `Attention`."""
+    attn_out, kv_cache = self.attention(
+        self.input_norm(x), positions, allowed, kv_cache, cache_index, layer)
     x = x + attn_out
-    x = x + MLP(cfg, name="mlp")(
-        RMSNorm(cfg.rms_norm_eps, dtype, name="post_attention_norm")(x))
+    x = x + self.mlp(self.post_attention_norm(x))
     x = _constrain(x, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)
-    return x, new_cache
+    return x, kv_cache
+
+
+class ScanBlock(Block):
+  """A `Block` with the `nn.scan` calling convention.
+
+  (carry, layer, *broadcast) -> (carry, None), carry = (x [B, T, D],
+  kv_cache None or stacked (k, v) [L, B, S, KVH, Dh]); `layer` is the
+  scanned int32 block index.
+  """
+
+  def __call__(self, carry, layer, positions, allowed, cache_index):
+    x, kv_cache = carry
+    x, kv_cache = super().__call__(x, positions, allowed, kv_cache,
+                                   cache_index, layer)
+    return (x, kv_cache), None
+
+
+def remat_block(block_cls, cfg: config_lib.ModelConfig, prevent_cse: bool):
+  """`block_cls` wrapped in `nn.remat` as `cfg.remat` says.
+
+  "full" saves only the block's inputs; "dots" uses
+  `dots_with_no_batch_dims_saveable`, which keeps the outputs of matmuls
+  without batch dimensions -- the q/k/v/o projections and the three MLP
+  matmuls, where most of a block's FLOPs are -- and recomputes the attention
+  score and weighted-value products (batched over B and heads, [B, H, T, S]
+  in size, quadratic in T) and the elementwise work. `checkpoint_dots` would
+  also keep the [B, H, T, S] scores. Under `nn.scan` pass
+  `prevent_cse=False`: the scan already keeps XLA from merging the
+  recomputation with the forward pass, and the extra barriers only cost.
+  """
+  if cfg.remat == "none":
+    return block_cls
+  policy = (None if cfg.remat == "full" else
+            jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+  return nn.remat(block_cls, prevent_cse=prevent_cse, policy=policy)
 
 
 class Decoder(nn.Module):
@@ -296,8 +392,19 @@ class Decoder(nn.Module):
     self.embedding = self.param(
         "embed", _partitioned("embed", (axes.VOCAB, axes.EMBED)),
         (cfg.vocab_size, cfg.hidden_size), jnp.float32)
-    self.blocks = [Block(cfg, name=f"layers_{i}")
-                   for i in range(cfg.num_layers)]
+    if cfg.scan_layers:
+      # One scanned block; its parameters carry a leading [L] axis.
+      scanned = nn.scan(
+          remat_block(ScanBlock, cfg, prevent_cse=False),
+          variable_axes={"params": 0}, split_rngs={"params": True},
+          in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
+          length=cfg.num_layers,
+          metadata_params={nn.PARTITION_NAME: axes.LAYERS})
+      self.layers = scanned(cfg)
+    else:
+      block_cls = remat_block(Block, cfg, prevent_cse=True)
+      self.blocks = [block_cls(cfg, name=f"layers_{i}")
+                     for i in range(cfg.num_layers)]
     self.final_norm = RMSNorm(cfg.rms_norm_eps, dtype, name="final_norm")
     if "lm" in self.heads and not cfg.tie_word_embeddings:
       self.lm_head = self.param(
@@ -313,22 +420,30 @@ class Decoder(nn.Module):
           (1,), jnp.float32)
 
   def hidden_states(self, tokens, positions, allowed, cache, cache_index):
-    """Final-normed hidden states [B, T, D] and the updated per-layer cache.
+    """Final-normed hidden states [B, T, D] and the updated cache.
 
     `allowed` [B, T, S] says which key slots each token may attend to.
+    `cache` is None or (k, v): per-layer tuples of [B, S, KVH, Dh] arrays, or
+    with `cfg.scan_layers` stacked [L, B, S, KVH, Dh] arrays.
     """
-    dtype = jnp.dtype(self.cfg.dtype)
-    mask_bias = jnp.where(allowed, 0.0, _MASKED_SCORE)[:, None, None]
+    cfg = self.cfg
+    dtype = jnp.dtype(cfg.dtype)
     # The table is gathered over the fsdp axis before the lookup (as every
     # other weight is at its use), so the lookup is local to each batch
     # shard instead of a gather of all B·T tokens per hidden-dim shard.
     table = _constrain(self.embedding, axes.VOCAB, None)
     x = jnp.take(table, tokens, axis=0).astype(dtype)
     x = _constrain(x, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)
+    if cfg.scan_layers:
+      kv_cache = None if cache is None else tuple(cache)
+      (x, new_cache), _ = self.layers(
+          (x, kv_cache), jnp.arange(cfg.num_layers, dtype=jnp.int32),
+          positions, allowed, cache_index)
+      return self.final_norm(x), new_cache
     new_cache = []
     for i, block in enumerate(self.blocks):
       layer_cache = None if cache is None else (cache[0][i], cache[1][i])
-      x, layer_new = block(x, positions, mask_bias, layer_cache, cache_index)
+      x, layer_new = block(x, positions, allowed, layer_cache, cache_index)
       new_cache.append(layer_new)
     if cache is not None:
       new_cache = (tuple(c[0] for c in new_cache),

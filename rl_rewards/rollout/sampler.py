@@ -157,8 +157,9 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
   num_prompt = jnp.sum(prompt_valid, axis=-1, dtype=jnp.int32)
   if num_samples > 1:
     tile = functools.partial(jnp.repeat, repeats=num_samples, axis=0)
-    cache, last_logits, num_prompt, prompt_tokens, prompt_valid = jax.tree.map(
-        tile, (cache, last_logits, num_prompt, prompt_tokens, prompt_valid))
+    last_logits, num_prompt, prompt_tokens, prompt_valid = jax.tree.map(
+        tile, (last_logits, num_prompt, prompt_tokens, prompt_valid))
+    cache = model_lib.repeat_cache(cache, num_samples)
   rows = batch * num_samples
   row_ids = jnp.arange(rows)
   choose = functools.partial(_choose_tokens, temperature=temperature,

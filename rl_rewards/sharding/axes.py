@@ -21,6 +21,7 @@ KV_HEADS = "kv_heads"    # Key/value heads (grouped-query attention).
 HEAD_DIM = "head_dim"    # Per-head feature dimension.
 NORM = "norm"            # RMSNorm scale vectors.
 SCALAR = "scalar"        # Size-1 output of a value / step-score head.
+LAYERS = "layers"        # Leading axis of scanned (stacked) block parameters.
 
 # Activation axes.
 ACT_BATCH = "act_batch"
@@ -48,4 +49,5 @@ DEFAULT_RULES = (
     (HEAD_DIM, None),
     (NORM, None),
     (SCALAR, None),
+    (LAYERS, None),
 )

@@ -66,9 +66,11 @@ def _hf_logits(model, tokens, mask):
                  attention_mask=torch.tensor(mask)).logits.numpy()
 
 
-def test_logits_match(hf_model):
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_logits_match(hf_model, scan_layers):
   model, path = hf_model
-  cfg, params = models.load_hf(path)
+  cfg, params = models.load_hf(path, scan_layers=scan_layers)
+  assert cfg.scan_layers == scan_layers
   assert cfg.architecture == model.config.model_type
   expected = _hf_logits(model, PROMPTS, PROMPT_MASK)
   ours, _ = models.apply(cfg, params, PROMPTS.astype(np.int32),
@@ -78,9 +80,10 @@ def test_logits_match(hf_model):
   assert np.abs(np.asarray(ours)[valid] - expected[valid]).max() <= 1e-4
 
 
-def test_greedy_generation_matches(hf_model):
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_greedy_generation_matches(hf_model, scan_layers):
   model, path = hf_model
-  cfg, params = models.load_hf(path)
+  cfg, params = models.load_hf(path, scan_layers=scan_layers)
 
   def hf_generate(eos_id):
     with torch.no_grad():
@@ -110,11 +113,13 @@ def test_greedy_generation_matches(hf_model):
   assert out.truncated.any() and not out.truncated.all()
 
 
-def test_save_load_save_round_trip(hf_model, tmp_path):
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_save_load_save_round_trip(hf_model, tmp_path, scan_layers):
   model, path = hf_model
-  cfg, params = models.load_hf(path)
+  cfg, params = models.load_hf(path, scan_layers=scan_layers)
   models.save_hf(str(tmp_path / "a"), cfg, params)
-  cfg_a, params_a = models.load_hf(str(tmp_path / "a"))
+  cfg_a, params_a = models.load_hf(str(tmp_path / "a"),
+                                   scan_layers=scan_layers)
   models.save_hf(str(tmp_path / "b"), cfg_a, params_a)
   for name in ("config.json", "model.safetensors"):
     assert ((tmp_path / "a" / name).read_bytes() ==

@@ -37,6 +37,43 @@ def test_save_load_save_is_bit_identical(tmp_path, params):
     assert _read(tmp_path / "a" / name) == _read(tmp_path / "b" / name)
 
 
+@pytest.mark.parametrize("remat", ["none", "full"])
+def test_scanned_save_load_save_is_bit_identical(tmp_path, params, remat):
+  cfg = CFG.replace(scan_layers=True, remat=remat)
+  stacked = models.stack_layers(CFG, params)
+  models.save_hf(str(tmp_path / "a"), cfg, stacked)
+  # The files do not depend on the layout.
+  models.save_hf(str(tmp_path / "flat"), CFG, params)
+  assert (_read(tmp_path / "a" / "model.safetensors") ==
+          _read(tmp_path / "flat" / "model.safetensors"))
+  loaded_cfg, loaded = models.load_hf(str(tmp_path / "a"), scan_layers=True,
+                                      remat=remat)
+  assert loaded_cfg == cfg
+  assert loaded["layers"]["attention"]["q_kernel"].shape == (
+      CFG.num_layers, 32, 4, 8)
+  jax.tree.map(np.testing.assert_array_equal, loaded, stacked)
+  models.save_hf(str(tmp_path / "b"), loaded_cfg, loaded)
+  for name in ("config.json", "model.safetensors"):
+    assert _read(tmp_path / "a" / name) == _read(tmp_path / "b" / name)
+
+
+def test_save_rejects_params_in_the_other_layout(tmp_path, params):
+  with pytest.raises(ValueError, match="stack_layers"):
+    models.save_hf(str(tmp_path), CFG.replace(scan_layers=True), params)
+  with pytest.raises(ValueError, match="unstack_layers"):
+    models.save_hf(str(tmp_path), CFG, models.stack_layers(CFG, params))
+
+
+def test_config_from_hf_takes_run_settings():
+  config = hf.config_to_hf(CFG)
+  cfg = hf.config_from_hf(config, dtype="bfloat16", scan_layers=True,
+                          remat="dots")
+  assert cfg == CFG.replace(dtype="bfloat16", scan_layers=True, remat="dots")
+  assert "scan_layers" not in config and "remat" not in config
+  with pytest.raises(ValueError, match="remat"):
+    hf.config_from_hf(config, remat="everything")
+
+
 def test_hf_layout(tmp_path, params):
   """Spot-checks names and transposes against HF's [out, in] convention."""
   models.save_hf(str(tmp_path), CFG, params)
@@ -101,18 +138,27 @@ def test_tied_llama_round_trip(tmp_path):
   jax.tree.map(np.testing.assert_array_equal, p2, p)
 
 
-def test_load_into_shardings(tmp_path, params):
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_load_into_shardings(tmp_path, params, scan_layers):
+  cfg = CFG.replace(scan_layers=scan_layers)
   models.save_hf(str(tmp_path), CFG, params)
   mesh = jax.sharding.Mesh(
       np.array(jax.devices()[:8]).reshape(2, 2, 2), axes.MESH_AXES,
       axis_types=(jax.sharding.AxisType.Auto,) * 3)
-  specs = models.param_logical_axes(CFG, heads=("lm", "score"))
+  specs = models.param_logical_axes(cfg, heads=("lm", "score"))
   shardings = nn.logical_to_mesh_sharding(specs, mesh, axes.DEFAULT_RULES)
-  _, loaded = models.load_hf(str(tmp_path), shardings=shardings)
+  _, loaded = models.load_hf(str(tmp_path), shardings=shardings,
+                             scan_layers=scan_layers)
   embed = loaded["embed"]
   assert embed.sharding == shardings["embed"]
   assert embed.addressable_shards[0].data.shape == (8, 16)
-  jax.tree.map(np.testing.assert_array_equal, loaded, params)
+  expected = models.stack_layers(CFG, params) if scan_layers else params
+  jax.tree.map(np.testing.assert_array_equal, loaded, expected)
+  if scan_layers:
+    # [L, D, F]: layers replicated, D over fsdp, F over tensor.
+    gate = loaded["layers"]["mlp"]["gate_kernel"]
+    assert gate.sharding == shardings["layers"]["mlp"]["gate_kernel"]
+    assert gate.addressable_shards[0].data.shape == (2, 16, 32)
 
 
 class TestErrors:

@@ -296,14 +296,18 @@ class TestErrors:
 
 class TestSharding:
 
-  def test_sharded_params_and_batch_match_unsharded(self):
-    cfg = models.preset("test", 16)  # Vocabulary divisible by the mesh.
+  @pytest.mark.parametrize("scan_layers", [False, True])
+  def test_sharded_params_and_batch_match_unsharded(self, scan_layers):
+    # Vocabulary divisible by the mesh.
+    cfg = models.preset("test", 16, scan_layers=scan_layers)
     mesh = jax.sharding.Mesh(
         np.array(jax.devices()[:8]).reshape(2, 2, 2), axes.MESH_AXES,
         axis_types=(jax.sharding.AxisType.Auto,) * 3)
     shardings = nn.logical_to_mesh_sharding(models.param_logical_axes(cfg),
                                             mesh, axes.DEFAULT_RULES)
-    plain = models.init_params(cfg, jax.random.key(0))
+    # The reference: per-layer blocks, unsharded.
+    plain_cfg = cfg.replace(scan_layers=False)
+    plain = models.init_params(plain_cfg, jax.random.key(0))
     sharded = models.init_params(cfg, jax.random.key(0), shardings=shardings)
     prompts = np.random.RandomState(0).randint(1, 16, (4, 6)).astype(np.int32)
     mask = np.ones((4, 6), np.int32)
@@ -315,10 +319,38 @@ class TestSharding:
       out = sampler.sample(cfg, sharded, jax.device_put(prompts, batch),
                            jax.device_put(mask, batch), jax.random.key(1),
                            **kwargs)
-    reference = sampler.sample(cfg, plain, prompts, mask, jax.random.key(1),
-                               **kwargs)
+    reference = sampler.sample(plain_cfg, plain, prompts, mask,
+                               jax.random.key(1), **kwargs)
     np.testing.assert_array_equal(out.tokens, reference.tokens)
     np.testing.assert_allclose(out.logprobs, reference.logprobs, atol=1e-5)
+
+
+class TestScanLayers:
+  """Scanned blocks (stacked parameters and cache) sample the same tokens."""
+
+  @pytest.mark.usefixtures("segmented_from_8")
+  @pytest.mark.parametrize("temperature,num_samples", [(0.0, 1), (1.0, 3)])
+  def test_same_tokens_as_per_layer_blocks(self, params, eos_id, temperature,
+                                           num_samples):
+    scan_cfg = CFG.replace(scan_layers=True)
+    kwargs = dict(max_new_tokens=16, temperature=temperature, eos_id=eos_id,
+                  pad_id=PAD, num_samples=num_samples)
+    reference = sampler.sample(CFG, params, PROMPTS, PROMPT_MASK,
+                               jax.random.key(3), **kwargs)
+    scanned = sampler.sample(scan_cfg, models.stack_layers(CFG, params),
+                             PROMPTS, PROMPT_MASK, jax.random.key(3),
+                             **kwargs)
+    np.testing.assert_array_equal(scanned.tokens, reference.tokens)
+    np.testing.assert_array_equal(scanned.lengths, reference.lengths)
+    np.testing.assert_allclose(scanned.logprobs, reference.logprobs,
+                               atol=1e-5)
+    assert np.asarray(reference.response_mask).sum() > 2 * len(PROMPTS)
+
+
+@pytest.fixture
+def segmented_from_8(monkeypatch):
+  """Decoding in segments (a growing cache) from G = 8 on."""
+  monkeypatch.setattr(sampler, "SEGMENTED_DECODE_MIN_TOKENS", 8)
 
 
 @pytest.fixture(scope="module")
@@ -410,21 +442,43 @@ class TestSegmentedDecoding:
     assert sampler.decode_segment_ends(256) == (32, 64, 128, 256)
     assert sampler.decode_segment_ends(130) == (16, 32, 65, 130)
 
-  def test_grow_cache_keeps_slots_and_adds_empty_ones(self, params):
-    cache = models.init_cache(CFG, 2, 5)
-    _, cache = models.apply(CFG, params, PROMPTS, attention_mask=PROMPT_MASK,
+  @pytest.mark.parametrize("scan_layers", [False, True])
+  def test_grow_cache_keeps_slots_and_adds_empty_ones(self, params,
+                                                      scan_layers):
+    cfg = CFG.replace(scan_layers=scan_layers)
+    if scan_layers:
+      params = models.stack_layers(CFG, params)
+    cache = models.init_cache(cfg, 2, 5)
+    _, cache = models.apply(cfg, params, PROMPTS, attention_mask=PROMPT_MASK,
                             cache=cache, cache_index=0)
     grown = models.grow_cache(cache, 9)
-    assert grown.max_len == 9
+    assert grown.max_len == 9 and grown.stacked == scan_layers
     np.testing.assert_array_equal(grown.key_mask[:, :5], cache.key_mask)
     assert not np.any(grown.key_mask[:, 5:])
-    for old, new in zip(cache.k + cache.v, grown.k + grown.v):
-      axis = 3 if new.shape[-1] == 9 else 2
-      np.testing.assert_array_equal(
-          jax.lax.slice_in_dim(new, 0, 5, axis=axis), old)
-      assert not np.any(jax.lax.slice_in_dim(new, 5, 9, axis=axis))
+    # Layer i's keys/values are [B, S, KVH, Dh] in both layouts.
+    for i in range(cfg.num_layers):
+      for old, new in ((cache.k[i], grown.k[i]), (cache.v[i], grown.v[i])):
+        assert new.shape == (2, 9, cfg.num_kv_heads, cfg.head_dim)
+        np.testing.assert_array_equal(new[:, :5], old)
+        assert np.any(old) and not np.any(new[:, 5:])
     with pytest.raises(ValueError, match="cannot shrink"):
       models.grow_cache(cache, 4)
+
+  @pytest.mark.parametrize("scan_layers", [False, True])
+  def test_repeat_cache(self, params, scan_layers):
+    cfg = CFG.replace(scan_layers=scan_layers)
+    if scan_layers:
+      params = models.stack_layers(CFG, params)
+    _, cache = models.apply(cfg, params, PROMPTS, attention_mask=PROMPT_MASK,
+                            cache=models.init_cache(cfg, 2, 5), cache_index=0)
+    tiled = models.repeat_cache(cache, 3)
+    assert tiled.stacked == scan_layers and tiled.key_mask.shape == (6, 5)
+    for row in range(6):
+      np.testing.assert_array_equal(tiled.key_mask[row],
+                                    cache.key_mask[row // 3])
+      for i in range(cfg.num_layers):
+        np.testing.assert_array_equal(tiled.k[i][row], cache.k[i][row // 3])
+        np.testing.assert_array_equal(tiled.v[i][row], cache.v[i][row // 3])
 
   @pytest.fixture
   def segmented(self, monkeypatch):
