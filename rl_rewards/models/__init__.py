@@ -3,7 +3,8 @@
 Public API:
   ModelConfig, preset, num_params                    -- configuration
   init_params, init_from_backbone, param_logical_axes -- parameters
-  apply, logits, token_logprobs                      -- forward passes
+  apply, logits, token_logprobs, token_stats         -- forward passes
+  TokenStats, DEFAULT_LOGITS_CHUNK                   -- chunked LM head (lm_head)
   hidden_states, lm_head_kernel                      -- the trunk and LM head
   KVCache, init_cache, grow_cache                    -- incremental decoding
   load_hf, save_hf                                   -- Hugging Face checkpoints
@@ -14,6 +15,8 @@ from rl_rewards.models.config import num_params
 from rl_rewards.models.config import preset
 from rl_rewards.models.hf import load_hf
 from rl_rewards.models.hf import save_hf
+from rl_rewards.models.lm_head import DEFAULT_CHUNK_SIZE as DEFAULT_LOGITS_CHUNK
+from rl_rewards.models.lm_head import TokenStats
 from rl_rewards.models.model import apply
 from rl_rewards.models.model import default_positions
 from rl_rewards.models.model import grow_cache
@@ -26,3 +29,4 @@ from rl_rewards.models.model import lm_head_kernel
 from rl_rewards.models.model import logits
 from rl_rewards.models.model import param_logical_axes
 from rl_rewards.models.model import token_logprobs
+from rl_rewards.models.model import token_stats
