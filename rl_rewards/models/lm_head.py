@@ -6,7 +6,7 @@ For hidden states h [B, T, D] and the head kernel W [D, V], every position t
 gets the tempered distribution p_t = softmax(h_t W / τ) and
 
     log-prob  log p_t[y_t]
-    entropy   H_t = −Σ_v p_t[v] log p_t[v] = lse_t − Σ_v p_t[v] z_t[v]
+    entropy   H_t = −Σ_v p_t[v] log p_t[v],  log p_t = z_t − lse_t
     argmax    1[argmax_v z_t[v] = y_t]
 
 with z_t = h_t W / τ and lse_t = log Σ_v exp z_t[v]. The positions are
@@ -75,8 +75,8 @@ def _chunk_stats(hidden, kernel, targets, temperature, with_stats):
   picked = picked - lse
   if not with_stats:
     return (picked,)
-  probs = jnp.exp(scaled - lse[..., None])
-  entropy = lse - jnp.sum(probs * scaled, axis=-1)
+  log_probs = scaled - lse[..., None]
+  entropy = -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
   is_argmax = jnp.argmax(scaled, axis=-1).astype(targets.dtype) == targets
   return picked, entropy, is_argmax
 
@@ -95,8 +95,8 @@ def chunked_stats(hidden: Array, kernel: Array, targets: Array, *,
                   with_stats: bool = True):
   """Log-probs (and entropies, argmax matches) of `targets`, chunked along T.
 
-    z_t = h_t W / τ;  out_t = (z_t[y_t] − lse(z_t), lse(z_t) − Σ softmax(z_t)·z_t,
-                               1[argmax z_t = y_t])
+    z_t = h_t W / τ,  log p_t = z_t − lse(z_t);
+    out_t = (log p_t[y_t], −Σ_v p_t[v] log p_t[v], 1[argmax z_t = y_t])
 
   Args:
     hidden: [B, T, D] hidden states.
