@@ -84,6 +84,11 @@ def base_config():
       dtype="float32",         # Activation dtype: float32 | bfloat16.
       hf_path="",              # A Hugging Face Qwen2/Llama checkpoint dir.
       tokenizer_path="",       # tokenizer.json (default: hf_path's).
+      # Positions per chunk of the LM head in log-prob / loss passes: no
+      # pass holds more than [rows, logits_chunk, V] float32 logits (e.g.
+      # 256 x 151936 x 4 B = 155 MB per row). The default makes the CPU
+      # default's sequences one chunk.
+      logits_chunk=512,
   ))
 
   # Mesh axis sizes; exactly one may be -1 (all remaining devices). `rules`
@@ -105,6 +110,9 @@ def base_config():
       gate_every_steps=50,     # Quick greedy eval every this many steps.
       gate_eval_size=200,      # Problems in the quick gate eval.
       dataset_size=0,          # 0: fresh problems every step; else a fixed set.
+      # Gradient accumulation: rows per micro-batch of a step (0: the whole
+      # batch at once). Must divide batch_size; the update is the same.
+      micro_batch_size=0,
       init_from="",            # Workdir whose finished SFT stage to reuse.
       # The SFT-continued baseline (stage "sft_continue"): wall-clock budget.
       continue_seconds=0.0,
@@ -165,6 +173,15 @@ def base_config():
       kl_estimator="k3",       # k1 | k2 | k3 | abs
       epochs=1,                # Passes over each rollout batch.
       minibatches=1,           # Minibatches per pass.
+      # Gradient accumulation inside each optimizer step (policy, value and
+      # implicit-PRM updates): rows per micro-batch, 0 = the whole
+      # minibatch. Must divide the minibatch (prompts_per_step * group_size
+      # / minibatches); for prime also a multiple of group_size.
+      micro_batch_size=0,
+      # Rows per micro-batch of the forward passes over a rollout (reference
+      # and implicit-PRM log-probs, PPO values): 0 = micro_batch_size. Must
+      # divide prompts_per_step * group_size.
+      pass_micro_batch_size=0,
       eval_every_steps=25,
       log_every_steps=1,
       checkpoint_every_steps=25,
@@ -212,6 +229,14 @@ def base_config():
       drop_after_first_negative=False,  # No labels after a hard-0 step.
       implicit_loss="ce",      # Implicit PRM loss: ce | dpo.
       implicit_beta=0.05,      # Implicit PRM beta.
+      # Gradient accumulation: rows per micro-batch of a PRM step (0: the
+      # whole batch). Must divide batch_size; for model=implicit also a
+      # multiple of labels.samples_per_problem (micro-batches hold groups).
+      micro_batch_size=0,
+      # Rows per micro-batch when a trained verifier scores solutions (RL
+      # rollouts, evaluation): 0 = micro_batch_size. Batches that are not a
+      # multiple are padded.
+      pass_micro_batch_size=0,
       valid_fraction=0.1,      # Problems held out for validation metrics.
       log_every_steps=25,
       checkpoint_every_steps=100,
@@ -357,6 +382,19 @@ def stage_names(config):
   return [s.strip() for s in config.stages.split(",") if s.strip()]
 
 
+def _check_micro_batch(value, batch, key, batch_name):
+  """A micro-batch size: 0 (off) or a positive divisor of `batch`."""
+  _require(value >= 0, key, f"must be >= 0 (0: no micro-batches), got "
+           f"{value}.")
+  _require(value == 0 or batch % value == 0, key,
+           f"must divide {batch_name} ({batch}), got {value}.")
+
+
+def pass_micro_batch_size(section) -> int:
+  """Rows per micro-batch of a section's forward passes (`rl`, `prm`)."""
+  return section.pass_micro_batch_size or section.micro_batch_size
+
+
 def _validate_prm(config):
   """Checks the `labels`, `prm` and `prm_eval` sections."""
   labels, prm, prm_eval = config.labels, config.prm, config.prm_eval
@@ -402,6 +440,16 @@ def _validate_prm(config):
     _require(prm_eval[key] >= 1, f"prm_eval.{key}",
              f"must be >= 1, got {prm_eval[key]}.")
   _require(prm_eval.temperature > 0, "prm_eval.temperature", "must be > 0.")
+  _check_micro_batch(prm.micro_batch_size, prm.batch_size,
+                     "prm.micro_batch_size", "prm.batch_size")
+  _require(prm.model != "implicit" or
+           prm.micro_batch_size % labels.samples_per_problem == 0,
+           "prm.micro_batch_size",
+           f"must be a multiple of labels.samples_per_problem "
+           f"({labels.samples_per_problem}) for model=implicit: micro-batches "
+           "hold whole groups.")
+  _require(prm.pass_micro_batch_size >= 0, "prm.pass_micro_batch_size",
+           f"must be >= 0, got {prm.pass_micro_batch_size}.")
 
 
 def validate(config):
@@ -443,6 +491,10 @@ def validate(config):
   _require(0.0 <= sft.target_accuracy <= 1.0, "sft.target_accuracy",
            "must be in [0, 1].")
   _require(sft.dataset_size >= 0, "sft.dataset_size", "must be >= 0.")
+  _check_micro_batch(sft.micro_batch_size, sft.batch_size,
+                     "sft.micro_batch_size", "sft.batch_size")
+  _require(config.model.logits_chunk >= 1, "model.logits_chunk",
+           f"must be >= 1, got {config.model.logits_chunk}.")
 
   rl = config.rl
   _require(rl.group_size >= 1, "rl.group_size",
@@ -479,6 +531,17 @@ def validate(config):
            f"must be one of {_KL}.")
   _require(rl.clip_c == 0 or rl.clip_c > 1, "rl.clip_c",
            "the dual-clip constant must be > 1 (or 0 to disable).")
+  _check_micro_batch(rl.micro_batch_size, batch // rl.minibatches,
+                     "rl.micro_batch_size",
+                     "the minibatch prompts_per_step * group_size / "
+                     "minibatches")
+  _require(rl.method != "prime" or rl.micro_batch_size % rl.group_size == 0,
+           "rl.micro_batch_size",
+           f"must be a multiple of group_size ({rl.group_size}) for prime: "
+           "the implicit-PRM update ranks the samples of each prompt.")
+  _check_micro_batch(rl.pass_micro_batch_size, batch,
+                     "rl.pass_micro_batch_size",
+                     "the rollout batch prompts_per_step * group_size")
   _validate_prm(config)
   _require(config.eval.size_per_k > 0, "eval.size_per_k", "must be > 0.")
   _require(config.eval.pass_n >= 1, "eval.pass_n", "must be >= 1.")

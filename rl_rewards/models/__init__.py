@@ -4,7 +4,8 @@ Public API:
   ModelConfig, preset, num_params                    -- configuration
   init_params, init_from_backbone, param_logical_axes -- parameters
   stack_layers, unstack_layers                       -- per-layer <-> scanned
-  apply, logits, token_logprobs                      -- forward passes
+  apply, logits, token_logprobs, token_stats         -- forward passes
+  TokenStats, DEFAULT_LOGITS_CHUNK                   -- chunked LM head (lm_head)
   hidden_states, lm_head_kernel                      -- the trunk and LM head
   KVCache, init_cache, grow_cache, repeat_cache      -- incremental decoding
   load_hf, save_hf                                   -- Hugging Face checkpoints
@@ -16,6 +17,8 @@ from rl_rewards.models.config import preset
 from rl_rewards.models.hf import load_hf
 from rl_rewards.models.hf import save_hf
 from rl_rewards.models.model import abstract_params
+from rl_rewards.models.lm_head import DEFAULT_CHUNK_SIZE as DEFAULT_LOGITS_CHUNK
+from rl_rewards.models.lm_head import TokenStats
 from rl_rewards.models.model import apply
 from rl_rewards.models.model import default_positions
 from rl_rewards.models.model import grow_cache
@@ -31,3 +34,4 @@ from rl_rewards.models.model import repeat_cache
 from rl_rewards.models.model import stack_layers
 from rl_rewards.models.model import token_logprobs
 from rl_rewards.models.model import unstack_layers
+from rl_rewards.models.model import token_stats

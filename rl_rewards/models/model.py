@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl_rewards.models import config as config_lib
+from rl_rewards.models import lm_head
 from rl_rewards.models import transformer
 
 Array = jax.Array
@@ -531,13 +532,16 @@ def logits(cfg: config_lib.ModelConfig, params: Params,
 def token_logprobs(cfg: config_lib.ModelConfig, params: Params,
                    tokens: Array, attention_mask: Optional[Array] = None, *,
                    positions: Optional[Array] = None,
-                   temperature: float = 1.0) -> Array:
+                   temperature: float = 1.0,
+                   chunk_size: int = lm_head.DEFAULT_CHUNK_SIZE) -> Array:
   """log pi(tokens[t] | tokens[<t]) aligned with the tokens, [B, T] float32.
 
   Entry t is log softmax(logits[t - 1] / temperature)[tokens[t]]. Entry 0,
   entries on padding, and the first real token of each row (it has no
   context) are 0, so the output can be multiplied by any mask that is a
-  subset of `attention_mask`.
+  subset of `attention_mask`. The LM head runs `chunk_size` positions at a
+  time (`lm_head.next_token_stats`), so no [B, T, V] logits are held, in
+  the forward or the backward pass.
 
   Args:
     cfg: model configuration.
@@ -546,6 +550,7 @@ def token_logprobs(cfg: config_lib.ModelConfig, params: Params,
     attention_mask: [B, T] 1 = real token; defaults to all ones.
     positions: optional [B, T] position ids (default as in `apply`).
     temperature: divides the logits (1.0 = the policy itself).
+    chunk_size: most positions per LM-head chunk.
 
   Returns:
     [B, T] float32 log-probabilities.
@@ -557,17 +562,36 @@ def token_logprobs(cfg: config_lib.ModelConfig, params: Params,
   positions = None if positions is None else jnp.asarray(positions)
   _check_tokens(cfg, tokens, attention_mask, positions)
   return _jit_token_logprobs(cfg, params, tokens, attention_mask, positions,
-                             jnp.float32(temperature))
+                             jnp.float32(temperature), int(chunk_size))
 
 
-@functools.partial(jax.jit, static_argnums=0)
+def token_stats(cfg: config_lib.ModelConfig, params: Params, tokens: Array,
+                attention_mask: Optional[Array] = None, *,
+                positions: Optional[Array] = None, temperature: float = 1.0,
+                chunk_size: int = lm_head.DEFAULT_CHUNK_SIZE
+                ) -> lm_head.TokenStats:
+  """Log-probs, entropies and argmax matches aligned with the tokens.
+
+  Entry t describes p = softmax(logits[t - 1] / temperature): log p[tokens[t]]
+  (as `token_logprobs`), the entropy H(p) = −Σ_v p_v log p_v, and whether
+  tokens[t] is argmax p. All [B, T]; 0 (False) at entry 0, on padding and on
+  each row's first real token. Arguments as in `token_logprobs`.
+  """
+  tokens = jnp.asarray(tokens)
+  if attention_mask is None:
+    attention_mask = jnp.ones(tokens.shape, bool)
+  attention_mask = jnp.asarray(attention_mask)
+  positions = None if positions is None else jnp.asarray(positions)
+  _check_tokens(cfg, tokens, attention_mask, positions)
+  return _jit_token_logprobs(cfg, params, tokens, attention_mask, positions,
+                             jnp.float32(temperature), int(chunk_size), True)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 6, 7))
 def _jit_token_logprobs(cfg, params, tokens, attention_mask, positions,
-                        temperature):
-  out = _jit_forward(cfg, "lm", params, tokens, attention_mask, positions)
-  scaled = out[:, :-1] / temperature
-  picked = jnp.take_along_axis(scaled, tokens[:, 1:, None], axis=-1)[..., 0]
-  picked = picked - jax.nn.logsumexp(scaled, axis=-1)
-  valid = attention_mask.astype(bool)
-  has_context = valid[:, 1:] & valid[:, :-1]
-  picked = jnp.where(has_context, picked, 0.0)
-  return jnp.pad(picked, ((0, 0), (1, 0)))
+                        temperature, chunk_size=lm_head.DEFAULT_CHUNK_SIZE,
+                        with_stats=False):
+  hidden = hidden_states(cfg, params, tokens, attention_mask, positions)
+  return lm_head.next_token_stats(
+      hidden, lm_head_kernel(cfg, params), tokens, attention_mask,
+      temperature=temperature, chunk_size=chunk_size, with_stats=with_stats)

@@ -42,6 +42,9 @@ import numpy as np
 from rl_rewards import core
 from rl_rewards import models
 from rl_rewards.tasks import segmentation
+from rl_rewards.train import microbatch
+
+CHUNK = models.DEFAULT_LOGITS_CHUNK
 
 
 def _prompt_end_index(attention_mask, step_ids):
@@ -105,9 +108,12 @@ def head_step_scores(model_config, params, tokens, attention_mask, step_ids,
 
 
 def generative_step_log_probs(model_config, params, tokens, attention_mask,
-                              step_ids, num_steps: int):
-  """[B, S] log Π_{t in step k} π(y_t | y_<t) = Σ_t log π over the step."""
-  logp = models.token_logprobs(model_config, params, tokens, attention_mask)
+                              step_ids, num_steps: int, *,
+                              chunk_size: int = CHUNK):
+  """[B, S] log Π_{t in step k} π(y_t | y_<t) = Σ_t log π over the step
+  (LM head in chunks of `chunk_size` positions)."""
+  logp = models.token_logprobs(model_config, params, tokens, attention_mask,
+                               chunk_size=chunk_size)
   return core.tokens_to_steps(jnp.where(step_ids >= 0, logp, 0.0), step_ids,
                               num_steps, reduce="sum")
 
@@ -121,7 +127,8 @@ def prompt_value_logits(model_config, params, tokens, attention_mask,
 
 
 def generative_step_scores(model_config, params, tokens, attention_mask,
-                           step_ids, num_steps: int):
+                           step_ids, num_steps: int, *,
+                           chunk_size: int = CHUNK):
   """Step scores of a generative PRM (parameters with "lm" and "score").
 
   Args:
@@ -131,13 +138,15 @@ def generative_step_scores(model_config, params, tokens, attention_mask,
     attention_mask: [B, T].
     step_ids: [B, T] step ids clamped to S slots.
     num_steps: static S.
+    chunk_size: positions per LM-head chunk.
 
   Returns:
     (step_scores [B, S] = exp(Σ_{t in step} log π), step_mask [B, S],
      v_init [B] = σ(score head at the prompt's last token)).
   """
   step_logp = generative_step_log_probs(model_config, params, tokens,
-                                        attention_mask, step_ids, num_steps)
+                                        attention_mask, step_ids, num_steps,
+                                        chunk_size=chunk_size)
   step_mask = core.step_mask_from_ids(step_ids, num_steps)
   v_logit = prompt_value_logits(model_config, params, tokens, attention_mask,
                                 step_ids)
@@ -146,17 +155,18 @@ def generative_step_scores(model_config, params, tokens, attention_mask,
 
 
 def implicit_log_ratios(model_config, params, ref_params, tokens,
-                        attention_mask):
+                        attention_mask, *, chunk_size: int = CHUNK):
   """[B, T] log π_φ(y_t) − log π_ref(y_t) (0 where a token has no context)."""
-  logp = models.token_logprobs(model_config, params, tokens, attention_mask)
+  logp = models.token_logprobs(model_config, params, tokens, attention_mask,
+                               chunk_size=chunk_size)
   ref = models.token_logprobs(model_config, ref_params, tokens,
-                              attention_mask)
+                              attention_mask, chunk_size=chunk_size)
   return logp - ref
 
 
 def implicit_step_scores(model_config, params, ref_params, tokens,
                          attention_mask, step_ids, num_steps: int, *,
-                         beta: float):
+                         beta: float, chunk_size: int = CHUNK):
   """Step scores of an implicit PRM: σ(q_t) at each step's last token.
 
   q_t = β Σ_{u ≤ t, u in the response} log π_φ(y_u)/π_ref(y_u), the soft
@@ -168,7 +178,7 @@ def implicit_step_scores(model_config, params, ref_params, tokens,
   """
   response = step_ids >= 0
   log_ratios = implicit_log_ratios(model_config, params, ref_params, tokens,
-                                   attention_mask)
+                                   attention_mask, chunk_size=chunk_size)
   q = core.implicit_q_values(log_ratios, response, beta=beta)
   return step_scores_from_token_logits(
       jnp.where(response, q, 0.0), attention_mask, step_ids, num_steps)
@@ -284,13 +294,27 @@ class ModelScorer:
 
   `score_fn(*params, tokens, attention_mask, step_ids)` returns
   (step_scores, step_mask, v_init); see `head_scorer`, `generative_scorer`
-  and `implicit_scorer`.
+  and `implicit_scorer`. With `micro_batch_size` > 0 the pass runs that many
+  rows at a time inside the one jitted function (`microbatch.map_rows`, a
+  `jax.lax.map`; a batch that is not a multiple is padded), results in row
+  order, so memory follows the micro-batch.
   """
 
-  def __init__(self, score_fn, params: Sequence[Any], num_steps: int):
+  def __init__(self, score_fn, params: Sequence[Any], num_steps: int, *,
+               micro_batch_size: int = 0):
     self.params = tuple(params)
     self.num_steps = int(num_steps)
-    self._score = jax.jit(score_fn)
+    self.micro_batch_size = int(micro_batch_size)
+
+    def score(*args):
+      *model_params, tokens, attention_mask, step_ids = args
+      return microbatch.map_rows(
+          lambda b: score_fn(*model_params, b["tokens"], b["attention_mask"],
+                             b["step_ids"]),
+          {"tokens": tokens, "attention_mask": attention_mask,
+           "step_ids": step_ids}, self.micro_batch_size)
+
+    self._score = jax.jit(score)
 
   def score_rollout(self, tokens, attention_mask, step_ids) -> dict:
     """`{"step_scores" [B, S], "v_init" [B]}` as device arrays (RL stage).
@@ -308,28 +332,34 @@ class ModelScorer:
                                 batch.attention_mask, batch.step_ids))
 
 
-def head_scorer(model_config, params, num_steps: int) -> ModelScorer:
+def head_scorer(model_config, params, num_steps: int, *,
+                micro_batch_size: int = 0) -> ModelScorer:
   """A score-head PRM or PAV (`head_step_scores`)."""
   return ModelScorer(
       lambda p, t, m, s: head_step_scores(model_config, p, t, m, s,
-                                          num_steps), (params,), num_steps)
+                                          num_steps), (params,), num_steps,
+      micro_batch_size=micro_batch_size)
 
 
-def generative_scorer(model_config, params, num_steps: int) -> ModelScorer:
+def generative_scorer(model_config, params, num_steps: int, *,
+                      micro_batch_size: int = 0,
+                      chunk_size: int = CHUNK) -> ModelScorer:
   """A generative PRM (`generative_step_scores`)."""
   return ModelScorer(
-      lambda p, t, m, s: generative_step_scores(model_config, p, t, m, s,
-                                                num_steps), (params,),
-      num_steps)
+      lambda p, t, m, s: generative_step_scores(
+          model_config, p, t, m, s, num_steps, chunk_size=chunk_size),
+      (params,), num_steps, micro_batch_size=micro_batch_size)
 
 
 def implicit_scorer(model_config, params, ref_params, num_steps: int, *,
-                    beta: float) -> ModelScorer:
+                    beta: float, micro_batch_size: int = 0,
+                    chunk_size: int = CHUNK) -> ModelScorer:
   """An implicit PRM against `ref_params` (`implicit_step_scores`)."""
   return ModelScorer(
       lambda p, r, t, m, s: implicit_step_scores(
-          model_config, p, r, t, m, s, num_steps, beta=beta),
-      (params, ref_params), num_steps)
+          model_config, p, r, t, m, s, num_steps, beta=beta,
+          chunk_size=chunk_size),
+      (params, ref_params), num_steps, micro_batch_size=micro_batch_size)
 
 
 def _check_slots(batch, num_steps):

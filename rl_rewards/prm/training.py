@@ -36,6 +36,7 @@ from rl_rewards import models
 from rl_rewards.prm import labels as labels_lib
 from rl_rewards.prm import scoring
 from rl_rewards.tasks import segmentation
+from rl_rewards.train import loss_parts
 from rl_rewards.train import steps as steps_lib
 
 TARGETS = ("hard", "soft", "progress", "prover")
@@ -144,12 +145,9 @@ def label_arrays(records, *, prompt_width: int, response_budget: int,
           "first_error": first_error}
 
 
-def class_balance_weights(targets, mask):
-  """[B, S] weights giving steps with y < ½ and y ≥ ½ equal total weight.
-
-  w = n / (2·n_class) for the step's class (n labelled steps); a class that
-  is absent from the batch leaves the other with weight 1.
-  """
+def class_balance_scales(targets, mask):
+  """(w_pos, w_neg): the weights of `class_balance_weights` for the classes
+  y ≥ ½ and y < ½, from the class counts of this (whole) batch."""
   mask = mask.astype(jnp.float32)
   positive = (targets >= 0.5).astype(jnp.float32) * mask
   negative = mask - positive
@@ -158,7 +156,23 @@ def class_balance_weights(targets, mask):
   both = (num_pos > 0) & (num_neg > 0)
   w_pos = jnp.where(both, total / (2 * jnp.maximum(num_pos, 1)), 1.0)
   w_neg = jnp.where(both, total / (2 * jnp.maximum(num_neg, 1)), 1.0)
+  return w_pos, w_neg
+
+
+def _class_weights(targets, mask, w_pos, w_neg):
+  mask = mask.astype(jnp.float32)
+  positive = (targets >= 0.5).astype(jnp.float32) * mask
+  negative = mask - positive
   return positive * w_pos + negative * w_neg
+
+
+def class_balance_weights(targets, mask):
+  """[B, S] weights giving steps with y < ½ and y ≥ ½ equal total weight.
+
+  w = n / (2·n_class) for the step's class (n labelled steps); a class that
+  is absent from the batch leaves the other with weight 1.
+  """
+  return _class_weights(targets, mask, *class_balance_scales(targets, mask))
 
 
 def log_probs_from_logits(logits):
@@ -171,6 +185,68 @@ def log_probs_from_log_p(log_p, max_log_p: float = -1e-6):
   log(1 − p))."""
   log_p = jnp.minimum(log_p, max_log_p)
   return log_p, jnp.log(-jnp.expm1(log_p))
+
+
+def prm_loss_normalizers(batch, *, value_weight: float,
+                         balance_classes: bool = False):
+  """Whole-batch quantities of `prm_loss`: class weights and denominators.
+
+    D = max(Σ_{b,k} w_{b,k} + λ_v·Σ_b 1[V̂_b known], 1e-6)
+
+  Args:
+    batch: dict with `targets`, `target_mask` [B, S], `v_mask` [B] (the
+      whole minibatch).
+    value_weight: λ_v.
+    balance_classes: class-balanced step weights (their class counts are
+      the whole batch's).
+
+  Returns:
+    dict of float32 scalars: `denominator` D, `steps` (labelled steps),
+    `values` (known V̂), and `w_pos`, `w_neg` with `balance_classes`.
+  """
+  targets, mask = batch["targets"], batch["target_mask"]
+  norms = {}
+  if balance_classes:
+    norms["w_pos"], norms["w_neg"] = class_balance_scales(targets, mask)
+    weights = _class_weights(targets, mask, norms["w_pos"], norms["w_neg"])
+  else:
+    weights = mask.astype(jnp.float32)
+  v_weight = batch["v_mask"].astype(jnp.float32) * value_weight
+  norms["denominator"] = jnp.maximum(jnp.sum(weights) + jnp.sum(v_weight),
+                                     1e-6)
+  norms["steps"] = core.masked_count(mask)
+  norms["values"] = core.masked_count(batch["v_mask"])
+  return norms
+
+
+def prm_loss_part(step_log_p, step_log_not_p, v_logits, batch, norms, *,
+                  value_weight: float):
+  """A micro-batch's share of `prm_loss` (and of each metric) given the
+  whole batch's `prm_loss_normalizers`: the sums of the module docstring's
+  numerator over this micro-batch, divided by the whole batch's D."""
+  targets = batch["targets"]
+  mask = batch["target_mask"].astype(jnp.float32)
+  weights = (_class_weights(targets, mask, norms["w_pos"], norms["w_neg"])
+             if "w_pos" in norms else mask)
+  step_losses = -(targets * step_log_p + (1 - targets) * step_log_not_p)
+  v_weight = batch["v_mask"].astype(jnp.float32) * value_weight
+  v_log_p, v_log_not_p = log_probs_from_logits(v_logits)
+  v_losses = -(batch["v_target"] * v_log_p +
+               (1 - batch["v_target"]) * v_log_not_p)
+  loss = (jnp.sum(step_losses * weights) + jnp.sum(v_losses * v_weight)) / (
+      norms["denominator"])
+  agree = ((step_log_p >= jnp.log(0.5)) == (targets >= 0.5)).astype(
+      jnp.float32)
+  mean = loss_parts.masked_mean_part
+  metrics = {
+      "prm_loss": loss,
+      "step_loss": mean(step_losses, mask, norms["steps"]),
+      "step_accuracy": mean(agree, mask, norms["steps"]),
+      "value_abs_error": mean(
+          jnp.abs(jax.nn.sigmoid(v_logits) - batch["v_target"]),
+          batch["v_mask"], norms["values"]),
+  }
+  return loss, metrics
 
 
 def prm_loss(step_log_p, step_log_not_p, v_logits, batch, *,
@@ -193,41 +269,24 @@ def prm_loss(step_log_p, step_log_not_p, v_logits, batch, *,
   Returns:
     (scalar loss, metrics dict).
   """
-  targets = batch["targets"]
-  mask = batch["target_mask"].astype(jnp.float32)
-  weights = (class_balance_weights(targets, mask) if balance_classes
-             else mask)
-  step_losses = -(targets * step_log_p + (1 - targets) * step_log_not_p)
-  v_weight = batch["v_mask"].astype(jnp.float32) * value_weight
-  v_log_p, v_log_not_p = log_probs_from_logits(v_logits)
-  v_losses = -(batch["v_target"] * v_log_p +
-               (1 - batch["v_target"]) * v_log_not_p)
-  denominator = jnp.maximum(jnp.sum(weights) + jnp.sum(v_weight), 1e-6)
-  loss = (jnp.sum(step_losses * weights) + jnp.sum(v_losses * v_weight)) / (
-      denominator)
-  agree = ((step_log_p >= jnp.log(0.5)) == (targets >= 0.5)).astype(
-      jnp.float32)
-  metrics = {
-      "prm_loss": loss,
-      "step_loss": core.masked_mean(step_losses, mask),
-      "step_accuracy": core.masked_mean(agree, mask),
-      "value_abs_error": core.masked_mean(
-          jnp.abs(jax.nn.sigmoid(v_logits) - batch["v_target"]),
-          batch["v_mask"]),
-  }
-  return loss, metrics
+  norms = prm_loss_normalizers(batch, value_weight=value_weight,
+                               balance_classes=balance_classes)
+  return prm_loss_part(step_log_p, step_log_not_p, v_logits, batch, norms,
+                       value_weight=value_weight)
 
 
 MODELS = ("head", "generative")
 
 
 def model_step_log_probs(model_config, params, batch, *, model: str,
-                         num_steps: int, with_value: bool = True):
+                         num_steps: int, with_value: bool = True,
+                         chunk_size: int = steps_lib.CHUNK):
   """(log p [B, S], log(1 − p) [B, S], v logits [B]) of a head or
   generative PRM on a batch with `tokens`, `attention_mask`, `step_ids`.
 
   Without `with_value`, a generative PRM skips its score-head pass and
-  returns zero v logits.
+  returns zero v logits. `chunk_size`: positions per LM-head chunk of a
+  generative PRM.
   """
   tokens, mask, step_ids = (batch["tokens"], batch["attention_mask"],
                             batch["step_ids"])
@@ -240,7 +299,8 @@ def model_step_log_probs(model_config, params, batch, *, model: str,
     return (*log_probs_from_logits(step_logits), v_logits)
   if model == "generative":
     step_logp = scoring.generative_step_log_probs(
-        model_config, params, tokens, mask, step_ids, num_steps)
+        model_config, params, tokens, mask, step_ids, num_steps,
+        chunk_size=chunk_size)
     v_logits = (scoring.prompt_value_logits(model_config, params, tokens,
                                             mask, step_ids)
                 if with_value else jnp.zeros(tokens.shape[:1]))
@@ -251,8 +311,13 @@ def model_step_log_probs(model_config, params, batch, *, model: str,
 def make_prm_step(model_config: models.ModelConfig,
                   tx: optax.GradientTransformation, *, num_steps: int,
                   model: str = "head", value_weight: float = 1.0,
-                  balance_classes: bool = False):
+                  balance_classes: bool = False, micro_batch_size: int = 0,
+                  chunk_size: int = steps_lib.CHUNK):
   """One PRM/PAV update: `(state, batch) -> (state, metrics)` (un-jitted).
+
+  With `micro_batch_size` > 0 the gradient is accumulated over micro-batches
+  of that many rows; the class weights and the denominator are the whole
+  batch's (`prm_loss_normalizers`), so the update equals the full-batch one.
 
   Batch: `tokens`, `attention_mask`, `step_ids` [B, T]; `targets`,
   `target_mask` [B, S]; `v_target`, `v_mask` [B] (see `label_arrays`).
@@ -260,15 +325,19 @@ def make_prm_step(model_config: models.ModelConfig,
   if model not in MODELS:
     raise ValueError(f"model must be one of {MODELS}, got {model!r}.")
 
-  def loss_fn(params, batch):
+  def normalizers(batch):
+    return prm_loss_normalizers(batch, value_weight=value_weight,
+                                balance_classes=balance_classes)
+
+  def loss_fn(params, batch, norms):
     log_p, log_not_p, v_logits = model_step_log_probs(
         model_config, params, batch, model=model, num_steps=num_steps,
-        with_value=value_weight > 0)
-    return prm_loss(log_p, log_not_p, v_logits, batch,
-                    value_weight=value_weight,
-                    balance_classes=balance_classes)
+        with_value=value_weight > 0, chunk_size=chunk_size)
+    return prm_loss_part(log_p, log_not_p, v_logits, batch, norms,
+                         value_weight=value_weight)
 
-  return steps_lib.make_update_step(loss_fn, tx)
+  return steps_lib.make_update_step(loss_fn, tx, normalizer_fn=normalizers,
+                                    micro_batch_size=micro_batch_size)
 
 
 IMPLICIT_LOSSES = ("ce", "dpo")
@@ -276,8 +345,13 @@ IMPLICIT_LOSSES = ("ce", "dpo")
 
 def make_implicit_step(model_config: models.ModelConfig,
                        tx: optax.GradientTransformation, *, beta: float,
-                       loss: str, group_size: int):
+                       loss: str, group_size: int, micro_batch_size: int = 0,
+                       chunk_size: int = steps_lib.CHUNK):
   """One implicit-PRM update on outcome labels (CE or group DPO).
+
+  Both losses are means over rows; with `micro_batch_size` > 0 the
+  micro-batches hold whole groups (the DPO loss compares the solutions of a
+  problem, the accuracy ranks them) and each contributes b/B of its mean.
 
   Batch: `tokens`, `attention_mask`, `response_mask`, `ref_logprobs` [B, T],
   `labels` [B] (0/1 outcomes; rows of a group of `group_size` solutions of
@@ -286,9 +360,10 @@ def make_implicit_step(model_config: models.ModelConfig,
   if loss not in IMPLICIT_LOSSES:
     raise ValueError(f"loss must be one of {IMPLICIT_LOSSES}, got {loss!r}.")
 
-  def loss_fn(params, batch):
+  def loss_fn(params, batch, norms):
     logp = models.token_logprobs(model_config, params, batch["tokens"],
-                                 batch["attention_mask"])
+                                 batch["attention_mask"],
+                                 chunk_size=chunk_size)
     log_ratios = logp - batch["ref_logprobs"]
     if loss == "ce":
       value = core.implicit_prm_ce_loss(log_ratios, batch["response_mask"],
@@ -299,6 +374,11 @@ def make_implicit_step(model_config: models.ModelConfig,
                                          beta=beta)
     accuracy = core.implicit_prm_pairwise_accuracy(
         log_ratios, batch["response_mask"], batch["labels"], group_size)
+    share = loss_parts.row_fraction(logp.shape[0], norms)
+    value, accuracy = share * value, share * accuracy
     return value, {"prm_loss": value, "pairwise_accuracy": accuracy}
 
-  return steps_lib.make_update_step(loss_fn, tx)
+  return steps_lib.make_update_step(loss_fn, tx,
+                                    normalizer_fn=steps_lib.row_normalizers,
+                                    micro_batch_size=micro_batch_size,
+                                    group_size=group_size)

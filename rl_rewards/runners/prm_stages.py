@@ -42,6 +42,7 @@ from rl_rewards.prm import training
 from rl_rewards.runners import context as context_lib
 from rl_rewards.sharding import mesh as mesh_lib
 from rl_rewards.train import optim
+from rl_rewards.train import steps
 
 LABELS_STAGE = "labels"
 PRM_STAGE = "prm"
@@ -278,14 +279,24 @@ class TrainedPRM:
 
 
 def load_scorer(ctx, prm: TrainedPRM):
-  """The scorer of a trained PRM; `score_rollout` is what RL calls."""
+  """The scorer of a trained PRM; `score_rollout` is what RL calls.
+
+  It scores `config_lib.pass_micro_batch_size(config.prm)` rows at a time
+  (0: a whole batch at once), the LM head in `config.model.logits_chunk`
+  chunks.
+  """
   num_steps = ctx.config.task.max_steps
+  rows = config_lib.pass_micro_batch_size(ctx.config.prm)
+  chunk = ctx.config.model.logits_chunk
   if prm.kind == "implicit":
     return scoring.implicit_scorer(ctx.model_config, prm.params,
-                                   prm.reference, num_steps, beta=prm.beta)
+                                   prm.reference, num_steps, beta=prm.beta,
+                                   micro_batch_size=rows, chunk_size=chunk)
   if prm.kind == "generative":
-    return scoring.generative_scorer(ctx.model_config, prm.params, num_steps)
-  return scoring.head_scorer(ctx.model_config, prm.params, num_steps)
+    return scoring.generative_scorer(ctx.model_config, prm.params, num_steps,
+                                     micro_batch_size=rows, chunk_size=chunk)
+  return scoring.head_scorer(ctx.model_config, prm.params, num_steps,
+                             micro_batch_size=rows)
 
 
 def _label_set_path(ctx, label_set_path):
@@ -330,8 +341,10 @@ def _rows_of(groups, group_size):
 
 
 def _ref_logprobs(ctx, params, arrays, batch_size):
-  fn = jax.jit(lambda p, t, m: models.token_logprobs(ctx.model_config, p, t,
-                                                      m))
+  fn = jax.jit(steps.make_logprob_fn(
+      ctx.model_config,
+      micro_batch_size=config_lib.pass_micro_batch_size(ctx.config.prm),
+      chunk_size=ctx.config.model.logits_chunk))
   out = []
   for start in range(0, arrays["tokens"].shape[0], batch_size):
     rows = slice(start, start + batch_size)
@@ -410,6 +423,9 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
         f"config.prm.batch_size={cfg.batch_size} must be a multiple of the "
         f"label set's {group_size} solutions per problem.")
   mesh_lib.check_batch_divides(cfg.batch_size, ctx.mesh, "config.prm")
+  if cfg.micro_batch_size:
+    mesh_lib.check_batch_divides(cfg.micro_batch_size, ctx.mesh,
+                                 "config.prm.micro_batch_size")
   prover_k = int(manifest["prover_k"]) if manifest["prover"] == "best_of_k" \
       else 1
   arrays = training.label_arrays(
@@ -433,14 +449,17 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
                                      ctx.rng("prm_init"), heads=heads)
     step_fn = training.make_prm_step(
         ctx.model_config, tx, num_steps=num_steps, model=kind,
-        value_weight=cfg.value_weight, balance_classes=cfg.balance_classes)
+        value_weight=cfg.value_weight, balance_classes=cfg.balance_classes,
+        micro_batch_size=cfg.micro_batch_size,
+        chunk_size=ctx.config.model.logits_chunk)
   else:
     init = host_policy
     arrays["ref_logprobs"] = _ref_logprobs(ctx, policy_params, arrays,
                                            cfg.batch_size)
     step_fn = training.make_implicit_step(
         ctx.model_config, tx, beta=cfg.implicit_beta, loss=cfg.implicit_loss,
-        group_size=group_size)
+        group_size=group_size, micro_batch_size=cfg.micro_batch_size,
+        chunk_size=ctx.config.model.logits_chunk)
   prm_state, prm_shardings = context_lib.create_state(
       ctx.model_config, ctx.mesh, init, tx, heads=heads)
   state, shardings = {"prm": prm_state}, {"prm": prm_shardings}

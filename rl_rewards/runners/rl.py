@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rl_rewards import config_lib
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import models
 from rl_rewards.rollout import sampler
@@ -164,6 +165,12 @@ def run(ctx, params, ref_params=None, prm=None):
                                "config.rl (rollout minibatch)")
   mesh_lib.check_batch_divides(cfg.prompts_per_step, ctx.mesh,
                                "config.rl.prompts_per_step")
+  pass_rows = config_lib.pass_micro_batch_size(cfg)
+  for key, rows in (("micro_batch_size", cfg.micro_batch_size),
+                    ("pass_micro_batch_size", pass_rows)):
+    if rows:  # Micro-batches keep rows on every device (train.microbatch).
+      mesh_lib.check_batch_divides(rows, ctx.mesh, f"config.rl.{key}")
+  chunk = ctx.config.model.logits_chunk
   method = cfg.method
   uses_prm = method in credit.PRM_METHODS
   if uses_prm and cfg.prm_source == "model" and prm is None:
@@ -210,21 +217,28 @@ def run(ctx, params, ref_params=None, prm=None):
     return jax.jit(fn, in_shardings=(shardings[name], batch_sharding),
                    out_shardings=(shardings[name], None), donate_argnums=0)
 
+  # Updates accumulate gradients over micro-batches of `micro_batch_size`
+  # rows; the passes over the rollout (reference and implicit-PRM log-probs,
+  # values) run `pass_rows` rows at a time inside one jitted function.
   policy_step = jit_update(steps.make_policy_step(
       ctx.model_config, tx, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
       clip_c=cfg.clip_c, loss_agg_mode=cfg.loss_agg_mode,
       kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator,
-      loss_scale=float(ctx.task.max_new_tokens)), "policy")
+      loss_scale=float(ctx.task.max_new_tokens),
+      micro_batch_size=cfg.micro_batch_size, chunk_size=chunk), "policy")
   if method == "ppo":
     value_step = jit_update(steps.make_value_step(
-        ctx.model_config, value_tx, clip_range=cfg.value_clip), "value")
-    values_fn = jax.jit(lambda p, t, m: steps.token_values(
-        ctx.model_config, p, t, m))
+        ctx.model_config, value_tx, clip_range=cfg.value_clip,
+        micro_batch_size=cfg.micro_batch_size), "value")
+    values_fn = jax.jit(steps.make_values_fn(ctx.model_config,
+                                             micro_batch_size=pass_rows))
   if method == "prime":
     prm_step = jit_update(steps.make_implicit_prm_step(
         ctx.model_config, prm_tx, beta=cfg.prime_beta,
-        group_size=cfg.group_size), "implicit_prm")
-  logprob_fn = jax.jit(steps.make_logprob_fn(ctx.model_config))
+        group_size=cfg.group_size, micro_batch_size=cfg.micro_batch_size,
+        chunk_size=chunk), "implicit_prm")
+  logprob_fn = jax.jit(steps.make_logprob_fn(
+      ctx.model_config, micro_batch_size=pass_rows, chunk_size=chunk))
   advantage_fn = credit.make_advantage_fn(cfg)
   returns_fn = jax.jit(lambda b: credit.ppo_returns(cfg, b))
   clamp = jax.jit(lambda ids: credit.clamp_step_ids(ids, num_steps))

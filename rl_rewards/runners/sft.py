@@ -44,6 +44,13 @@ def make_batch(ctx, step: int):
   return ctx.task.encode_sft(problems)
 
 
+def make_step(ctx, tx):
+  """The un-jitted SFT step of the run's config (micro-batches, LM chunks)."""
+  return steps.make_sft_step(
+      ctx.model_config, tx, micro_batch_size=ctx.config.sft.micro_batch_size,
+      chunk_size=ctx.config.model.logits_chunk)
+
+
 def make_tx(sft_config):
   return optim.make_optimizer(
       learning_rate=sft_config.learning_rate,
@@ -75,6 +82,9 @@ def run(ctx, params=None):
   if cfg.init_from:
     return load_finished(ctx, cfg.init_from)
   mesh_lib.check_batch_divides(cfg.batch_size, ctx.mesh, "config.sft")
+  if cfg.micro_batch_size:
+    mesh_lib.check_batch_divides(cfg.micro_batch_size, ctx.mesh,
+                                 "config.sft.micro_batch_size")
   tx = make_tx(cfg)
   if params is None:
     params = models.init_params(ctx.model_config, ctx.rng("init"))
@@ -94,7 +104,7 @@ def run(ctx, params=None):
     print(f"[sft] resuming from step {int(state.step)}")
 
   batch_sharding = mesh_lib.batch_sharding(ctx.mesh)
-  jit_step = jax.jit(steps.make_sft_step(ctx.model_config, tx),
+  jit_step = jax.jit(make_step(ctx, tx),
                      in_shardings=(shardings, batch_sharding),
                      out_shardings=(shardings, None), donate_argnums=0)
   gate_problems = ctx.task.problems("valid", 0, cfg.gate_eval_size)
@@ -191,7 +201,7 @@ def run_continue(ctx, params):
       ckpt.close()
       return state.params, done["summary"]
     ctx.writer.drop_after(ctx.stage_order, CONTINUE_STAGE, int(state.step))
-  jit_step = jax.jit(steps.make_sft_step(ctx.model_config, tx),
+  jit_step = jax.jit(make_step(ctx, tx),
                      in_shardings=(shardings, mesh_lib.batch_sharding(ctx.mesh)),
                      out_shardings=(shardings, None), donate_argnums=0)
   step, seconds = int(state.step), float(meta["seconds"])
