@@ -15,6 +15,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from rl_rewards import config_lib
+from rl_rewards import metrics as metrics_lib
 
 _DONE_FILE = "stage_done.json"
 
@@ -29,7 +30,8 @@ class Checkpointer:
         options=ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, create=True,
             enable_async_checkpointing=False),
-        item_names=("state", "meta"),
+        item_handlers={"state": ocp.StandardCheckpointHandler(),
+                       "meta": ocp.JsonCheckpointHandler()},
     )
 
   def latest_step(self):
@@ -70,14 +72,27 @@ class Checkpointer:
     return restored["state"], dict(restored["meta"])
 
   def restore_raw(self, step=None):
-    """The saved state as host numpy arrays, without a target structure."""
+    """The saved state as host numpy arrays, without a target structure.
+
+    Works whatever devices and processes wrote the checkpoint: every process
+    reads the whole state onto one of its own devices.
+    """
     step = self.latest_step() if step is None else step
+    metadata = self._manager.item_metadata(int(step))["state"]
+    local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    target = jax.tree.map(
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=local),
+        metadata)
     restored = self._manager.restore(
-        int(step), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+        int(step),
+        args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))
     return jax.device_get(restored["state"])
 
   def mark_done(self, step: int, summary: dict):
-    """Records that the stage finished at `step` (atomic JSON write)."""
+    """Records that the stage finished at `step` (atomic JSON write, by the
+    primary process of a multi-process run)."""
+    if not metrics_lib.is_primary():
+      return
     path = os.path.join(self.directory, _DONE_FILE)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:

@@ -6,7 +6,9 @@ JSON object a line with `step`, `stage` and metric names such as
 `summary.json` (written last: final metrics per stage and the wall time).
 Summaries and configs are written atomically (temporary file + rename). When a
 run resumes from a checkpoint, the metric records that the resumed steps will
-produce again are dropped first, so the file never holds duplicates.
+produce again are dropped first, so the file never holds duplicates. In a
+multi-process run only process 0 writes these files (`is_primary`); the
+others compute the same numbers and skip the writes.
 """
 
 import json
@@ -15,6 +17,7 @@ import os
 import sys
 import time
 
+import jax
 import numpy as np
 
 METRICS_FILE = "metrics.jsonl"
@@ -32,8 +35,22 @@ def _to_json_value(value):
   return value
 
 
+def is_primary() -> bool:
+  """Whether this process writes the run's files (process 0, or the only one).
+
+  Asks JAX for the process index only after `jax.distributed.initialize()`,
+  so a single-process caller never starts a backend here.
+  """
+  return not jax.distributed.is_initialized() or jax.process_index() == 0
+
+
 def write_json_atomic(path: str, obj):
-  """Writes `obj` as JSON to `path` via a temporary file and a rename."""
+  """Writes `obj` as JSON to `path` via a temporary file and a rename.
+
+  Only the primary process writes (`is_primary`).
+  """
+  if not is_primary():
+    return
   tmp = f"{path}.tmp{os.getpid()}"
   with open(tmp, "w") as f:
     json.dump(obj, f, indent=2, sort_keys=True, default=_to_json_value)
@@ -70,11 +87,12 @@ def read_metrics(workdir: str) -> list[dict]:
 
 
 class MetricsWriter:
-  """Appends metric records to `<workdir>/metrics.jsonl`."""
+  """Appends metric records to `<workdir>/metrics.jsonl` (primary process
+  only; on the other processes every method does nothing)."""
 
   def __init__(self, workdir: str):
     self._path = os.path.join(workdir, METRICS_FILE)
-    self._file = open(self._path, "a")
+    self._file = open(self._path, "a") if is_primary() else None
 
   def drop_after(self, stage_order: list[str], stage: str, step: int):
     """Drops records that a resume from `(stage, step)` will produce again.
@@ -82,6 +100,8 @@ class MetricsWriter:
     Keeps records of earlier stages and of `stage` up to `step`; drops records
     of `stage` after `step` and of all later stages.
     """
+    if self._file is None:
+      return
     self._file.close()
     rank = {name: i for i, name in enumerate(stage_order)}
     keep = []
@@ -101,13 +121,16 @@ class MetricsWriter:
     self._file = open(self._path, "a")
 
   def write(self, stage: str, step: int, metrics: dict):
+    if self._file is None:
+      return
     record = {"stage": stage, "step": int(step), "time": time.time()}
     record.update({k: _to_json_value(v) for k, v in metrics.items()})
     self._file.write(json.dumps(record, default=_to_json_value) + "\n")
     self._file.flush()
 
   def close(self):
-    self._file.close()
+    if self._file is not None:
+      self._file.close()
 
 
 def write_summary(workdir: str, summary: dict):

@@ -260,8 +260,11 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
 
 
 def _concrete(x) -> Optional[np.ndarray]:
-  """x as numpy if it is a concrete value, else None (inside a trace)."""
+  """x as numpy if it is a concrete value, else None (inside a trace, or an
+  array spread over several processes)."""
   if isinstance(x, jax.core.Tracer):
+    return None
+  if isinstance(x, jax.Array) and not x.is_fully_addressable:
     return None
   return np.asarray(x)
 

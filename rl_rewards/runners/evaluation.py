@@ -4,6 +4,11 @@ Greedy decoding runs in fixed-size batches (the last one padded by repeating
 problems, whose results are dropped) so the sampler compiles once per shape.
 pass@n samples n responses per problem at temperature 1 in batches of the RL
 rollout shape, which the RL stage compiles anyway.
+
+With several processes, each one encodes, decodes and scores only its own
+rows of every batch (`mesh.process_rows`); metrics are ratios of sums and
+counts added up over processes (`mesh.process_sums`), so every process
+reports the same numbers, equal to a single-process run's.
 """
 
 import numpy as np
@@ -18,38 +23,52 @@ def _padded_batches(items, batch_size):
     real = len(chunk)
     while len(chunk) < batch_size:
       chunk.append(chunk[len(chunk) % real])
-    yield chunk, real
+    yield start, chunk, real
 
 
 def generate(ctx, params, problems, *, batch_size, rng, temperature,
              num_samples=1, top_p=1.0):
-  """Samples responses for `problems`; returns host arrays and texts.
+  """Samples responses for this process's rows of `problems`.
+
+  Each batch of `batch_size` problems is split over the processes; a process
+  encodes its prompts only and reads back only its sampled rows.
 
   Returns:
-    dict with `texts` (list, problem-major, `num_samples` per problem),
-    `finished` [N] bool, `lengths` [N] int32 and `num_tokens` (generated).
+    dict with, for this process's rows (problem-major, `num_samples` per
+    problem; padding rows dropped): `texts` (list), `problems` (the problem
+    of each row), `problem_index` [N] int (index into `problems`),
+    `finished` [N] bool, `lengths` [N] int32 and `num_tokens` (this
+    process's generated tokens).
   """
   task = ctx.task
-  texts, finished, lengths = [], [], []
-  for i, (chunk, real) in enumerate(_padded_batches(problems, batch_size)):
-    tokens, mask = task.encode_prompts(chunk)
-    tokens, mask = mesh_lib.put_batch((tokens, mask), ctx.mesh)
+  n = num_samples
+  texts, finished, lengths, index = [], [], [], []
+  prompt_rows = mesh_lib.process_rows(batch_size, ctx.mesh)
+  for i, (first, chunk, real) in enumerate(
+      _padded_batches(problems, batch_size)):
+    tokens, mask = mesh_lib.put_local_batch(
+        task.encode_prompts(chunk[prompt_rows]), ctx.mesh, batch_size)
     out = sampler.sample(
         ctx.model_config, params, tokens, mask,
         _fold(rng, i), max_new_tokens=task.max_new_tokens,
         temperature=temperature, top_p=top_p,
         eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id,
-        delimiter_mask=task.delimiter_mask(), num_samples=num_samples)
-    host = mesh_lib.to_host(
+        delimiter_mask=task.delimiter_mask(), num_samples=n)
+    host = mesh_lib.local_rows(
         {"tokens": out.tokens, "response_mask": out.response_mask,
-         "lengths": out.lengths, "truncated": out.truncated})
-    keep = real * num_samples
-    texts.extend(task.decode_responses(host["tokens"][:keep],
-                                       host["response_mask"][:keep]))
-    finished.extend(~host["truncated"][:keep])
-    lengths.extend(host["lengths"][:keep])
+         "lengths": out.lengths, "truncated": out.truncated}, ctx.mesh)
+    # Global rows of this process; row r samples prompt r // n.
+    prompt_of = np.arange(prompt_rows.start * n, prompt_rows.stop * n) // n
+    keep = prompt_of < real
+    texts.extend(task.decode_responses(host["tokens"][keep],
+                                       host["response_mask"][keep]))
+    finished.extend(~host["truncated"][keep])
+    lengths.extend(host["lengths"][keep])
+    index.extend(first + prompt_of[keep])
   lengths = np.asarray(lengths, np.int32)
-  return {"texts": texts, "finished": np.asarray(finished, bool),
+  index = np.asarray(index, np.int64)
+  return {"texts": texts, "problems": [problems[j] for j in index],
+          "problem_index": index, "finished": np.asarray(finished, bool),
           "lengths": lengths, "num_tokens": int(lengths.sum())}
 
 
@@ -59,37 +78,64 @@ def _fold(rng, i):
 
 
 def greedy_accuracy(ctx, params, problems, *, batch_size, rng):
-  """Greedy accuracy metrics (overall, per number of ops, all-steps-right)."""
+  """Greedy accuracy metrics (overall, per number of ops, all-steps-right).
+
+  accuracy = Σ_i r_i / N over the N problems (r_i the 0/1 outcome reward),
+  per k over the problems with k operations; each process scores its own
+  rows and the sums are added up over processes.
+  """
   out = generate(ctx, params, problems, batch_size=batch_size, rng=rng,
                  temperature=0.0)
-  scored = ctx.task.score(problems, out["texts"], out["finished"])
+  scored = ctx.task.score(out["problems"], out["texts"], out["finished"])
+  all_steps = [len(l) > 0 and all(l) for l in scored.step_labels]
+  step_acc = [np.mean(l) if l else 0.0 for l in scored.step_labels]
+  sums = {"rows": len(out["texts"]), "reward": np.sum(scored.rewards,
+                                                      dtype=np.float64),
+          "length": np.sum(out["lengths"], dtype=np.float64),
+          "finished": np.sum(out["finished"]),
+          "steps": np.sum(scored.num_steps, dtype=np.float64),
+          "all_steps": np.sum(all_steps), "step_acc": np.sum(step_acc)}
   ks = ctx.task.num_ops(problems)
-  all_steps = np.array([len(l) > 0 and all(l) for l in scored.step_labels])
-  step_acc = np.mean([np.mean(l) if l else 0.0 for l in scored.step_labels])
+  if ks is not None:
+    local_ks = ks[out["problem_index"]]
+    for k in np.unique(ks):
+      sums[f"reward_k{k}"] = np.sum(scored.rewards[local_ks == k],
+                                    dtype=np.float64)
+      sums[f"rows_k{k}"] = np.sum(local_ks == k)
+  total = mesh_lib.process_sums(sums)
+  rows = max(total["rows"], 1)
   result = {
-      "eval/accuracy": float(scored.rewards.mean()),
-      "eval/mean_length": float(out["lengths"].mean()),
-      "eval/truncated": float(1.0 - out["finished"].mean()),
-      "eval/steps_per_response": float(scored.num_steps.mean()),
+      "eval/accuracy": total["reward"] / rows,
+      "eval/mean_length": total["length"] / rows,
+      "eval/truncated": 1.0 - total["finished"] / rows,
+      "eval/steps_per_response": total["steps"] / rows,
   }
   if ctx.task.has_step_labels:
-    result["eval/all_steps_correct"] = float(all_steps.mean())
-    result["eval/step_accuracy"] = float(step_acc)
+    result["eval/all_steps_correct"] = total["all_steps"] / rows
+    result["eval/step_accuracy"] = total["step_acc"] / rows
   if ks is not None:
     for k in np.unique(ks):
-      result[f"eval/accuracy_k{k}"] = float(scored.rewards[ks == k].mean())
+      result[f"eval/accuracy_k{k}"] = (total[f"reward_k{k}"] /
+                                       max(total[f"rows_k{k}"], 1))
   return result
 
 
 def pass_at_n(ctx, params, problems, *, n, prompts_per_batch, rng):
-  """Fraction of problems with at least one correct answer in n samples."""
+  """Fraction of problems with at least one correct answer in n samples.
+
+  pass@n = (1/N) Σ_i max_j r_ij and mean@n = (1/(N n)) Σ_ij r_ij over N
+  problems with n samples each; a problem's n samples are on one process.
+  """
   out = generate(ctx, params, problems, batch_size=prompts_per_batch, rng=rng,
                  temperature=1.0, num_samples=n)
-  repeated = [p for p in problems for _ in range(n)]
-  scored = ctx.task.score(repeated, out["texts"], out["finished"])
-  solved = scored.rewards.reshape(len(problems), n).max(axis=1)
-  return {f"eval/pass@{n}": float(solved.mean()),
-          f"eval/mean@{n}": float(scored.rewards.mean())}
+  scored = ctx.task.score(out["problems"], out["texts"], out["finished"])
+  solved = scored.rewards.reshape(-1, n).max(axis=1)
+  total = mesh_lib.process_sums({
+      "problems": solved.size, "solved": np.sum(solved, dtype=np.float64),
+      "reward": np.sum(scored.rewards, dtype=np.float64)})
+  count = max(total["problems"], 1)
+  return {f"eval/pass@{n}": total["solved"] / count,
+          f"eval/mean@{n}": total["reward"] / (count * n)}
 
 
 def evaluate(ctx, params, *, rng, with_pass_n=True):

@@ -225,7 +225,8 @@ def run_labels(ctx, policy_params) -> tuple[str, dict]:
       continue
     t0 = time.time()
     records, stats = label_shard(ctx, policy, prover, shard)
-    label_store.write_shard(path, shard, records)
+    if metrics_lib.is_primary():  # Every process holds the same records.
+      label_store.write_shard(path, shard, records)
     seconds = time.time() - t0
     record = label_statistics(records)
     record.update({"labels/prefixes": stats["prefixes"],
@@ -241,20 +242,24 @@ def run_labels(ctx, policy_params) -> tuple[str, dict]:
         LABELS_STAGE, shard + 1, num_shards, record,
         ("labels/solutions", "labels/q_mean", "labels/hard_positive",
          "labels/hard_vs_oracle", "labels/rollouts", "time/shard_s")))
+  mesh_lib.sync_processes("labels: shards written")
   records = label_store.read_shards(path, num_shards)
   summary = label_statistics(records)
   summary["labels/path"] = path
-  label_store.write_manifest(path, {
-      "num_shards": num_shards, "num_solutions": len(records),
-      "samples_per_problem": cfg.samples_per_problem,
-      "num_rollouts": cfg.num_rollouts, "method": cfg.method,
-      "prover": cfg.prover, "prover_k": cfg.prover_k,
-      "prover_from": cfg.prover_from, "delimiter": ctx.config.task.delimiter,
-      "prompt_width": ctx.task.max_prompt_len,
-      "response_budget": ctx.task.max_new_tokens})
+  if metrics_lib.is_primary():
+    label_store.write_manifest(path, {
+        "num_shards": num_shards, "num_solutions": len(records),
+        "samples_per_problem": cfg.samples_per_problem,
+        "num_rollouts": cfg.num_rollouts, "method": cfg.method,
+        "prover": cfg.prover, "prover_k": cfg.prover_k,
+        "prover_from": cfg.prover_from,
+        "delimiter": ctx.config.task.delimiter,
+        "prompt_width": ctx.task.max_prompt_len,
+        "response_budget": ctx.task.max_new_tokens})
   ctx.writer.write(LABELS_STAGE, num_shards, summary)
   ckpt.mark_done(num_shards, summary)
   ckpt.close()
+  mesh_lib.sync_processes("labels: manifest written")
   return path, summary
 
 

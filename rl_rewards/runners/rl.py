@@ -14,6 +14,10 @@ One RL step:
 
 Everything random is keyed by (seed, step) and the prompts of step s are a
 pure function of s, so a resumed run reproduces an uninterrupted one exactly.
+With several processes, each one builds, decodes and scores only its own rows
+of the rollout (whole groups: `mesh.process_rows`); rewards and step labels
+go back on the mesh as global arrays, and rollout metrics are combined from
+per-process sums, so every process logs the numbers of a single-process run.
 The checkpointed state holds every trained model (`policy`, and `value` or
 `implicit_prm`) with its own optimizer state.
 """
@@ -45,37 +49,67 @@ def _tx(cfg, learning_rate):
       weight_decay=cfg.weight_decay, b2=cfg.b2, grad_clip=cfg.grad_clip)
 
 
-def rollout_problems(ctx, step: int):
+def rollout_problems(ctx, step: int, rows: slice = slice(None)):
+  """Prompts `rows` (default: all) of the rollout of `step`."""
   cfg = ctx.config.rl
-  start = tasks_lib.RL_INDEX_OFFSET + step * cfg.prompts_per_step
-  return ctx.task.problems("train", start, cfg.prompts_per_step)
+  start, stop, _ = rows.indices(cfg.prompts_per_step)
+  first = tasks_lib.RL_INDEX_OFFSET + step * cfg.prompts_per_step + start
+  return ctx.task.problems("train", first, stop - start)
+
+
+def rollout_rows(ctx) -> tuple[slice, slice]:
+  """This process's (prompt rows, sample rows) of a rollout batch.
+
+  The n = `group_size` samples of prompt i are rows n·i … n·i + n − 1, and
+  both batches split evenly over the same devices, so a process's sample
+  rows are exactly the groups of its prompts.
+  """
+  cfg = ctx.config.rl
+  prompts = mesh_lib.process_rows(cfg.prompts_per_step, ctx.mesh)
+  samples = mesh_lib.process_rows(cfg.prompts_per_step * cfg.group_size,
+                                  ctx.mesh)
+  n = cfg.group_size
+  if (samples.start, samples.stop) != (prompts.start * n, prompts.stop * n):
+    raise ValueError(f"rollout rows {samples} are not the groups of this "
+                     f"process's prompts {prompts}.")
+  return prompts, samples
 
 
 def rollout(ctx, params, step: int):
-  """Samples and scores the rollout batch of `step`.
+  """Samples and scores the rollout batch of `step`: this process's rows.
+
+  The process encodes its own prompts only, reads back its own sampled rows
+  (`mesh.local_rows`, no all-gather) and decodes and scores them.
 
   Returns:
-    (sample output on device, scored verdicts on host, host info dict with
-    `lengths` [N], `num_tokens` and `reward_s`, the scoring time).
+    (sample output: global [B] arrays on device; this process's verdicts on
+    host (`Scored` of rows `rollout_rows(ctx)[1]`); host info dict with
+    `lengths` [R] of those rows, `rows` (their slice), `num_tokens` (over all
+    processes) and `reward_s`, the scoring time).
   """
   cfg = ctx.config.rl
   task = ctx.task
-  problems = rollout_problems(ctx, step)
-  tokens, mask = mesh_lib.put_batch(task.encode_prompts(problems), ctx.mesh)
+  prompt_rows, rows = rollout_rows(ctx)
+  problems = rollout_problems(ctx, step, prompt_rows)
+  tokens, mask = mesh_lib.put_local_batch(
+      task.encode_prompts(problems), ctx.mesh, cfg.prompts_per_step)
   out = sampler.sample(
       ctx.model_config, params, tokens, mask, ctx.rng("rollout", step),
       max_new_tokens=task.max_new_tokens, temperature=cfg.temperature,
       top_p=cfg.top_p, eos_id=task.tokenizer.eos_id,
       pad_id=task.tokenizer.pad_id, delimiter_mask=task.delimiter_mask(),
       num_samples=cfg.group_size)
-  host = mesh_lib.to_host({"tokens": out.tokens,
-                           "response_mask": out.response_mask,
-                           "truncated": out.truncated, "lengths": out.lengths})
+  host = mesh_lib.local_rows({"tokens": out.tokens,
+                              "response_mask": out.response_mask,
+                              "truncated": out.truncated,
+                              "lengths": out.lengths}, ctx.mesh)
   t0 = time.time()
   texts = task.decode_responses(host["tokens"], host["response_mask"])
   repeated = [p for p in problems for _ in range(cfg.group_size)]
   scored = task.score(repeated, texts, ~host["truncated"])
-  info = {"lengths": host["lengths"], "num_tokens": int(host["lengths"].sum()),
+  num_tokens = mesh_lib.process_sums({"tokens": host["lengths"].sum()})
+  info = {"lengths": host["lengths"], "rows": rows,
+          "num_tokens": int(num_tokens["tokens"]),
           "reward_s": time.time() - t0}
   return out, scored, info
 
@@ -93,26 +127,37 @@ def rollout_metrics(scored, lengths, group_size: int,
 
   Besides reward, these expose reward hacking: steps per response, tokens per
   step, the fraction of empty steps, and answers that are right despite a
-  wrong step.
+  wrong step. Each process passes its own rows (whole groups); means are
+  sums over all processes' rows divided by counts (`mesh.process_sums`),
+  e.g. reward_mean = Σ_i r_i / B.
   """
-  rewards = scored.rewards
+  rewards = np.asarray(scored.rewards, np.float64)
+  lengths = np.asarray(lengths, np.float64)
   groups = rewards.reshape(-1, group_size)
-  mixed = np.mean(groups.max(axis=1) != groups.min(axis=1))
-  all_steps = np.array([len(l) > 0 and all(l) for l in scored.step_labels])
+  all_steps = np.array([len(l) > 0 and all(l) for l in scored.step_labels],
+                       bool)
   steps_per = np.maximum(scored.num_steps, 1)
+  total = mesh_lib.process_sums({
+      "rows": rewards.size, "groups": groups.shape[0],
+      "reward": rewards.sum(),
+      "mixed": np.sum(groups.max(axis=1) != groups.min(axis=1)),
+      "length": lengths.sum(), "steps": np.sum(scored.num_steps),
+      "tokens_per_step": np.sum(lengths / steps_per),
+      "empty": np.sum(scored.empty_steps), "all_steps": all_steps.sum(),
+      "right_with_wrong_step": np.sum((rewards > 0) & ~all_steps)})
+  rows = max(total["rows"], 1)
   out = {
-      "train/reward_mean": float(rewards.mean()),
-      "train/mixed_groups": float(mixed),
-      "train/response_length": float(np.mean(lengths)),
-      "train/steps_per_response": float(scored.num_steps.mean()),
-      "train/tokens_per_step": float(np.mean(lengths / steps_per)),
-      "train/empty_step_fraction": float(scored.empty_steps.sum() /
-                                         max(scored.num_steps.sum(), 1)),
+      "train/reward_mean": total["reward"] / rows,
+      "train/mixed_groups": total["mixed"] / max(total["groups"], 1),
+      "train/response_length": total["length"] / rows,
+      "train/steps_per_response": total["steps"] / rows,
+      "train/tokens_per_step": total["tokens_per_step"] / rows,
+      "train/empty_step_fraction": total["empty"] / max(total["steps"], 1),
   }
   if has_step_labels:
-    out["train/all_steps_correct"] = float(all_steps.mean())
-    out["train/correct_with_wrong_step"] = float(
-        np.mean((rewards > 0) & ~all_steps))
+    out["train/all_steps_correct"] = total["all_steps"] / rows
+    out["train/correct_with_wrong_step"] = (total["right_with_wrong_step"] /
+                                            rows)
   return out
 
 
@@ -122,24 +167,33 @@ def prm_agreement_metrics(step_scores, step_ids, oracle_labels, rewards):
   `prm/verifier_agreement`: the response-level verdict "min step score ≥ ½"
   equals the outcome reward; `prm/step_label_agreement`: per-step verdicts
   equal the ground-truth labels; `prm/min_step_position`: where in the
-  response (0 = first step, 1 = last) the lowest score sits.
+  response (0 = first step, 1 = last) the lowest score sits. Host arrays of
+  this process's rows ([R, S] scores, [R, T] step ids, [R, S] labels, [R]
+  rewards); the means are over all processes' rows (`mesh.process_sums`).
   """
   ids = np.asarray(step_ids)
   num_steps = np.maximum(ids.max(axis=1) + 1, 1)
-  scores = np.asarray(step_scores)
+  scores = np.asarray(step_scores, np.float64)
   valid = np.arange(scores.shape[1])[None, :] < num_steps[:, None]
   masked = np.where(valid, scores, np.inf)
   min_score = masked.min(axis=1)
   argmin = masked.argmin(axis=1)
   predicted_ok = min_score >= 0.5
-  step_agree = ((scores >= 0.5) == (oracle_labels >= 0.5))[valid]
+  step_agree = ((scores >= 0.5) == (np.asarray(oracle_labels) >= 0.5))[valid]
+  total = mesh_lib.process_sums({
+      "rows": ids.shape[0], "steps": step_agree.size,
+      "verifier": np.sum(predicted_ok == (np.asarray(rewards) > 0)),
+      "step_label": step_agree.sum(),
+      "position": np.sum(argmin / np.maximum(num_steps - 1, 1)),
+      "last": np.sum(argmin == num_steps - 1),
+      "score": scores[valid].sum()})
+  rows, steps = max(total["rows"], 1), max(total["steps"], 1)
   return {
-      "prm/verifier_agreement": float(np.mean(predicted_ok == (rewards > 0))),
-      "prm/step_label_agreement": float(step_agree.mean()),
-      "prm/min_step_position": float(np.mean(
-          argmin / np.maximum(num_steps - 1, 1))),
-      "prm/min_at_last_step": float(np.mean(argmin == num_steps - 1)),
-      "prm/mean_step_score": float(scores[valid].mean()),
+      "prm/verifier_agreement": total["verifier"] / rows,
+      "prm/step_label_agreement": total["step_label"] / steps,
+      "prm/min_step_position": total["position"] / rows,
+      "prm/min_at_last_step": total["last"] / rows,
+      "prm/mean_step_score": total["score"] / steps,
   }
 
 
@@ -213,6 +267,10 @@ def run(ctx, params, ref_params=None, prm=None):
   # ------------------------------------------------------------ functions ---
   batch_sharding = mesh_lib.batch_sharding(ctx.mesh)
 
+  def put_rows(local):
+    """This process's rollout rows (host) -> a global [B, ...] array."""
+    return mesh_lib.put_local_batch(local, ctx.mesh, rollout_batch)
+
   def jit_update(fn, name):
     return jax.jit(fn, in_shardings=(shardings[name], batch_sharding),
                    out_shardings=(shardings[name], None), donate_argnums=0)
@@ -262,28 +320,33 @@ def run(ctx, params, ref_params=None, prm=None):
     batch = {"tokens": out.tokens, "attention_mask": out.attention_mask,
              "response_mask": out.response_mask, "step_ids": step_ids,
              "old_logprobs": out.logprobs,
-             "rewards": jnp.asarray(scored.rewards)}
-    weights = np.ones((rollout_batch,), np.float32)
+             "rewards": put_rows(scored.rewards)}
+    weights = np.ones((len(scored.rewards),), np.float32)
     if cfg.filter_accuracy:
       weights = accuracy_filter(scored.rewards, cfg.group_size,
                                 cfg.filter_accuracy_low,
                                 cfg.filter_accuracy_high)
-      record["train/kept_fraction"] = float(weights.mean())
+      kept = mesh_lib.process_sums({"kept": weights.sum(),
+                                    "rows": weights.size})
+      record["train/kept_fraction"] = kept["kept"] / kept["rows"]
+    weights = put_rows(weights)
 
     # Process signal.
     if ctx.task.has_step_labels and (uses_prm or cfg.log_oracle_agreement):
       oracle = credit.oracle_step_arrays(scored.step_labels, num_steps)
     if uses_prm:
       if cfg.prm_source == "oracle":
-        scores = {"step_scores": oracle["labels"],
-                  "q_steps": oracle["q_steps"], "v_init": oracle["v_init"]}
+        scores = {k: put_rows(oracle[k])
+                  for k in ("q_steps", "v_init")}
+        scores["step_scores"] = put_rows(oracle["labels"])
       else:
         scores = prm.score_rollout(out.tokens, out.attention_mask, step_ids)
         scores["q_steps"] = scores["step_scores"]
         if ctx.task.has_step_labels:
           record.update(prm_agreement_metrics(
-              scores["step_scores"], step_ids, oracle["labels"],
-              scored.rewards))
+              *mesh_lib.local_rows((scores["step_scores"], step_ids),
+                                   ctx.mesh),
+              oracle["labels"], scored.rewards))
       batch.update({k: jnp.asarray(v) for k, v in scores.items()})
     if method == "prime" or cfg.kl_coef > 0:
       batch["ref_logprobs"] = logprob_fn(ref_params, out.tokens,

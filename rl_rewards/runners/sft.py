@@ -37,9 +37,9 @@ def _batch_indices(sft_config, seed, step):
   return order.epoch_order(size, batch, seed, step)
 
 
-def make_batch(ctx, step: int):
-  """The SFT batch of `step` (host numpy arrays)."""
-  indices = _batch_indices(ctx.config.sft, ctx.config.seed, step)
+def make_batch(ctx, step: int, rows: slice = slice(None)):
+  """Rows `rows` of the SFT batch of `step` (host numpy arrays)."""
+  indices = _batch_indices(ctx.config.sft, ctx.config.seed, step)[rows]
   problems = [ctx.task.problems("train", int(i), 1)[0] for i in indices]
   return ctx.task.encode_sft(problems)
 
@@ -49,6 +49,13 @@ def make_step(ctx, tx):
   return steps.make_sft_step(
       ctx.model_config, tx, micro_batch_size=ctx.config.sft.micro_batch_size,
       chunk_size=ctx.config.model.logits_chunk)
+
+
+def put_step_batch(ctx, step: int):
+  """The SFT batch of `step` on the mesh; this process builds its rows only."""
+  size = ctx.config.sft.batch_size
+  rows = mesh_lib.process_rows(size, ctx.mesh)
+  return mesh_lib.put_local_batch(make_batch(ctx, step, rows), ctx.mesh, size)
 
 
 def make_tx(sft_config):
@@ -114,7 +121,7 @@ def run(ctx, params=None):
   last = log_time = time.time()
   stopped, converged = bool(meta["stopped"]), bool(meta["converged"])
   while not stopped:
-    batch = mesh_lib.put_batch(make_batch(ctx, step), ctx.mesh)
+    batch = put_step_batch(ctx, step)
     state, step_metrics = jit_step(state, batch)
     step += 1
     if step % cfg.log_every_steps == 0:
@@ -211,8 +218,9 @@ def run_continue(ctx, params):
     ctx.writer.write(CONTINUE_STAGE, 0, dict(initial, seconds=0.0, samples=0))
   last, compiling = time.time(), True
   while seconds < cfg.continue_seconds:
-    batch = make_batch(ctx, step + CONTINUE_INDEX_OFFSET // cfg.batch_size)
-    state, step_metrics = jit_step(state, mesh_lib.put_batch(batch, ctx.mesh))
+    batch = put_step_batch(ctx,
+                           step + CONTINUE_INDEX_OFFSET // cfg.batch_size)
+    state, step_metrics = jit_step(state, batch)
     step += 1
     if compiling:
       # The first step's time is compilation, not training compute.

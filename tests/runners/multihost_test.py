@@ -1,0 +1,395 @@
+"""Two processes on localhost run the pipeline exactly as one 8-device run.
+
+Each test launches `experiments/train.py` (through `multihost_worker.py`,
+which records what each process does) as 2 processes x 4 CPU devices,
+connected by `jax.distributed` (CPU collectives: gloo), and compares with a
+single process on 8 devices running the same config in this test process:
+
+* rows: every call that builds or scores rows sees, on each process, only
+  that process's rows: concatenated in process order they are exactly the
+  rows of the single-process call (a process scoring rows that are not its
+  own, or all rows, fails this);
+* metrics: every process computes identical metric records, equal to the
+  single-process ones within float tolerance (cross-process all-reduces sum
+  in another order); only process 0 writes the workdir files;
+* parameters: the final SFT and RL parameters agree within float tolerance;
+* resume (slow): a second launch extending the run restores the
+  collectively written checkpoint and continues like the reference.
+"""
+
+import importlib.util
+import math
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+import jax
+import numpy as np
+import pytest
+
+from rl_rewards import checkpoints
+from rl_rewards import cli
+from rl_rewards import metrics as metrics_lib
+from rl_rewards.runners import pipeline
+from rl_rewards.runners import rl
+from rl_rewards.runners import tasks as tasks_lib
+from rl_rewards.sharding import mesh as mesh_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      "multihost_worker.py")
+NUM_PROCESSES, LOCAL_DEVICES = 2, 4
+TIMEOUT_S = 900
+
+_spec = importlib.util.spec_from_file_location("multihost_worker", WORKER)
+worker = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(worker)
+
+CONFIG = "configs/oracle.py:size=test"
+# Small but complete: SFT with a gate eval, RL with oracle step labels (PAV
+# credit), held-out greedy accuracy and pass@2, a checkpoint every step.
+OVERRIDES = {"sft.max_steps": 2, "rl.steps": 2}
+
+
+def _config(overrides):
+  config = cli.load_config_file(os.path.join(ROOT, CONFIG))
+  for key, value in overrides.items():
+    node = config
+    *parents, name = key.split(".")
+    for parent in parents:
+      node = node[parent]
+    node[name] = value
+  return config
+
+
+def _flags(overrides):
+  return [f"--config={CONFIG}"] + [f"--config.{k}={v}"
+                                   for k, v in overrides.items()]
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def _launch(workdir: str, overrides: dict, tag: str) -> list[list[dict]]:
+  """Runs train.py as NUM_PROCESSES processes; returns each one's records."""
+  port = _free_port()
+  cache = os.environ.get(
+      "RL_REWARDS_TEST_JAX_CACHE",
+      os.path.join(tempfile.gettempdir(), "rl_rewards_test_jax_cache"))
+  procs, records, logs = [], [], []
+  for i in range(NUM_PROCESSES):
+    env = dict(os.environ)
+    env.update({
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={LOCAL_DEVICES}",
+        "JAX_COORDINATOR_ADDRESS": f"localhost:{port}",
+        "JAX_NUM_PROCESSES": str(NUM_PROCESSES), "JAX_PROCESS_ID": str(i),
+        "JAX_COMPILATION_CACHE_DIR": cache,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+        "PYTHONPATH": ROOT})
+    record = os.path.join(workdir + f".{tag}.records{i}.jsonl")
+    log = open(workdir + f".{tag}.log{i}.txt", "w")  # pylint: disable=consider-using-with
+    procs.append(subprocess.Popen(
+        [sys.executable, WORKER, record, f"--workdir={workdir}",
+         *_flags(overrides)], cwd=ROOT, env=env, stdout=log,
+        stderr=subprocess.STDOUT))
+    records.append(record)
+    logs.append(log)
+  try:
+    codes = [p.wait(timeout=TIMEOUT_S) for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+    for log in logs:
+      log.close()
+  if any(codes):
+    tails = []
+    for log in logs:
+      with open(log.name) as f:
+        tails.append(f"--- {log.name}\n" + "".join(f.readlines()[-30:]))
+    pytest.fail(f"exit codes {codes}\n" + "\n".join(tails))
+  return [worker.read(r) for r in records]
+
+
+def _run_single(workdir: str, overrides: dict, tag: str,
+                monkeypatch) -> list[dict]:
+  """The reference: this process (8 devices), the same recorder."""
+  record = workdir + f".{tag}.records.jsonl"
+  with monkeypatch.context() as patch:
+    worker.install(record, patch.setattr)
+    pipeline.run(_config(overrides), workdir)
+  return worker.read(record)
+
+
+def _is_deterministic(key: str) -> bool:
+  return not (key.startswith(("time/", "perf/")) or key == "time" or
+              key.endswith(("seconds", "_s")))
+
+
+def _assert_close(got, want, where):
+  if isinstance(want, float) and not isinstance(want, bool):
+    assert isinstance(got, (int, float)), where
+    if math.isnan(want):
+      assert math.isnan(got), where
+    else:
+      assert got == pytest.approx(want, rel=1e-5, abs=1e-6), where
+  else:
+    assert got == want, where
+
+
+def _metrics(records):
+  return [(r["stage"], r["step"],
+           {k: v for k, v in r["values"].items() if _is_deterministic(k)})
+          for r in records if r["kind"] == "metrics"]
+
+
+def _check_rows(per_process, single):
+  """Each process built and scored its own rows, and together all rows."""
+  calls = [[r for r in records if r["kind"] != "metrics"]
+           for records in per_process]
+  reference = [r for r in single if r["kind"] != "metrics"]
+  assert all(len(c) == len(reference) for c in calls), [len(c) for c in calls]
+  rl_scored = [0] * len(calls)
+  for k, want in enumerate(reference):
+    got = [c[k] for c in calls]
+    assert all(g["kind"] == want["kind"] for g in got), (k, want["kind"])
+    joined = [row for g in got for row in g["rows"]]
+    assert joined == want["rows"], (k, want["kind"])
+    if want["kind"] == "score" and want["rows"][0][1] >= (
+        tasks_lib.RL_INDEX_OFFSET):
+      # Rollout scoring: exactly half of the global batch on each process.
+      for i, g in enumerate(got):
+        assert len(g["rows"]) * NUM_PROCESSES == len(want["rows"])
+        rl_scored[i] += len(g["rows"])
+  assert all(rl_scored), rl_scored
+  kinds = {r["kind"] for r in reference}
+  assert {"encode_sft", "encode_prompts", "score"} <= kinds
+
+
+def _check_metrics(per_process, single, workdir, reference_dir):
+  first = _metrics(per_process[0])
+  for other in per_process[1:]:  # Every process logs identical numbers.
+    assert _metrics(other) == first
+  want = _metrics(single)
+  assert [(s, t, sorted(v)) for s, t, v in first] == [
+      (s, t, sorted(v)) for s, t, v in want]
+  for (stage, step, got), (_, _, values) in zip(first, want):
+    for key, value in values.items():
+      _assert_close(got[key], value, f"{stage} step {step} {key}")
+  # Only process 0 wrote metrics.jsonl: one line per record, not one per
+  # process.
+  on_disk = metrics_lib.read_metrics(workdir)
+  assert len(on_disk) == len(metrics_lib.read_metrics(reference_dir))
+  summary = metrics_lib.read_json(os.path.join(workdir, "summary.json"))
+  reference = metrics_lib.read_json(os.path.join(reference_dir,
+                                                 "summary.json"))
+  for stage, values in reference["stages"].items():
+    for key, value in values.items():
+      if _is_deterministic(key):
+        _assert_close(summary["stages"][stage][key], value, f"{stage} {key}")
+
+
+def _check_params(workdir, reference_dir):
+  for stage in ("sft", "rl"):
+    def params(directory, stage=stage):
+      ckpt = checkpoints.Checkpointer(
+          os.path.join(directory, "checkpoints", stage))
+      state = ckpt.restore_raw()
+      ckpt.close()
+      return state["policy"] if "policy" in state else state
+    got, want = params(workdir), params(reference_dir)
+    assert int(got["step"]) == int(want["step"])
+    for a, b in zip(jax.tree.leaves(got["params"]),
+                    jax.tree.leaves(want["params"])):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """(multi-process workdir, its records, reference workdir, its records)."""
+  root = tmp_path_factory.mktemp("multihost")
+  reference_dir, workdir = str(root / "single"), str(root / "multi")
+  with pytest.MonkeyPatch.context() as patch:
+    single = _run_single(reference_dir, OVERRIDES, "first", patch)
+  per_process = _launch(workdir, OVERRIDES, "first")
+  return workdir, per_process, reference_dir, single
+
+
+def test_each_process_builds_and_scores_only_its_rows(runs):
+  _, per_process, _, single = runs
+  _check_rows(per_process, single)
+
+
+def test_two_processes_match_one(runs):
+  workdir, per_process, reference_dir, single = runs
+  _check_metrics(per_process, single, workdir, reference_dir)
+  _check_params(workdir, reference_dir)
+
+
+@pytest.mark.slow
+def test_resume_on_two_processes_matches_one(runs):
+  workdir, _, reference_dir, _ = runs
+  extended = dict(OVERRIDES, **{"rl.steps": 3})
+  with pytest.MonkeyPatch.context() as patch:
+    single = _run_single(reference_dir, extended, "resumed", patch)
+  per_process = _launch(workdir, extended, "resumed")
+  _check_rows(per_process, single)
+  _check_metrics(per_process, single, workdir, reference_dir)
+  _check_params(workdir, reference_dir)
+
+
+# ------------------------------------------- row blocks, in one process ---
+
+
+def _host_of(device):
+  """Pretends devices 0-3 are one host's and 4-7 another's."""
+  return device.id // LOCAL_DEVICES
+
+
+def _mesh(data, fsdp=1, tensor=1, order=None):
+  devices = jax.devices()
+  if order is not None:
+    devices = [devices[i] for i in order]
+  return mesh_lib.make_mesh({"data": data, "fsdp": fsdp, "tensor": tensor},
+                            devices)
+
+
+@pytest.mark.parametrize("sizes", [(8, 1, 1), (2, 2, 2), (1, 4, 2)])
+def test_each_host_holds_one_contiguous_half(sizes):
+  mesh = _mesh(*sizes)
+  ways = mesh_lib.batch_axis_size(mesh)
+  for batch in (ways, 4 * ways):
+    blocks = mesh_lib.process_row_blocks(batch, mesh,
+                                         device_process=_host_of)
+    assert blocks == {0: (0, batch // 2), 1: (batch // 2, batch)}
+
+
+def test_rows_shared_by_hosts_are_refused():
+  # The tensor axis across hosts: every host would hold every row.
+  with pytest.raises(ValueError, match="several processes hold the same"):
+    mesh_lib.process_row_blocks(8, _mesh(1, 1, 8), device_process=_host_of)
+  with pytest.raises(ValueError, match="several processes hold the same"):
+    mesh_lib.process_row_blocks(
+        8, _mesh(4, 1, 2), device_process=lambda d: d.id % 2)
+
+
+def test_interleaved_hosts_are_refused():
+  mesh = _mesh(8, order=(0, 4, 1, 5, 2, 6, 3, 7))
+  with pytest.raises(ValueError, match="not one contiguous block"):
+    mesh_lib.process_row_blocks(16, mesh, device_process=_host_of)
+
+
+def test_batch_not_dividing_the_mesh_is_refused():
+  with pytest.raises(ValueError, match="not divisible by the 8-way"):
+    mesh_lib.process_rows(12, _mesh(8))
+
+
+def test_local_batch_round_trip_in_one_process():
+  mesh = _mesh(4, 1, 2)
+  x = np.arange(8 * 6, dtype=np.int32).reshape(8, 6)
+  assert mesh_lib.process_rows(8, mesh) == slice(0, 8)
+  placed = mesh_lib.put_local_batch({"x": x}, mesh, 8)["x"]
+  assert placed.sharding.is_equivalent_to(mesh_lib.batch_sharding(mesh), 2)
+  np.testing.assert_array_equal(mesh_lib.local_rows(placed, mesh), x)
+  with pytest.raises(ValueError, match="got 4 rows"):
+    mesh_lib.put_local_batch(x[:4], mesh, 8)
+
+
+@pytest.mark.parametrize("spec", [jax.sharding.PartitionSpec(),
+                                  jax.sharding.PartitionSpec(None, "tensor"),
+                                  jax.sharding.PartitionSpec(("data", "fsdp"),
+                                                             "tensor")])
+def test_local_rows_reassembles_any_covering_sharding(spec):
+  mesh = _mesh(4, 1, 2)
+  x = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+  placed = jax.device_put(x, jax.sharding.NamedSharding(mesh, spec))
+  np.testing.assert_array_equal(mesh_lib.local_rows(placed, mesh), x)
+
+
+def test_process_sums_in_one_process_are_the_sums():
+  assert mesh_lib.process_sums({"a": np.int32(3), "b": 0.25}) == {
+      "a": 3.0, "b": 0.25}
+
+
+# ------------------------------- metrics from per-process sums and counts ---
+
+
+def _as_processes(monkeypatch, fn, parts):
+  """Runs `fn(*part)` as if each part were one process's rows.
+
+  A first pass records each part's sums; then `process_sums` returns their
+  totals, as the all-gather does. Returns every "process"'s result.
+  """
+  sums = []
+
+  def record(values):
+    sums.append(dict(values))
+    return {k: float(v) for k, v in values.items()}
+  monkeypatch.setattr(mesh_lib, "process_sums", record)
+  for part in parts:
+    fn(*part)
+  monkeypatch.setattr(mesh_lib, "process_sums", lambda values: {
+      k: float(sum(s[k] for s in sums)) for k in values})
+  return [fn(*part) for part in parts]
+
+
+def _scored(rows):
+  rewards = np.array([1, 0, 1, 1, 0, 0, 0, 1], np.float32)
+  labels = [[True, True, True], [True, False], [True] * 4, [False], [],
+            [True, True], [False, True, True], [True, True, True]]
+  return tasks_lib.Scored(
+      rewards=rewards[rows],
+      num_steps=np.array([len(l) for l in labels], np.int32)[rows],
+      first_error=np.full((8,), -1, np.int32)[rows],
+      empty_steps=np.array([0, 1, 0, 0, 0, 1, 0, 0], np.int32)[rows],
+      step_labels=labels[rows])
+
+
+def test_rollout_metrics_from_two_processes_equal_one(monkeypatch):
+  lengths = np.array([10, 7, 12, 5, 3, 8, 9, 11], np.int32)
+  whole = rl.rollout_metrics(_scored(slice(None)), lengths, 2)
+  # Hand-computed: groups (1,0) (1,1) (0,0) (0,1); 18 steps, 2 empty.
+  assert whole["train/reward_mean"] == 0.5
+  assert whole["train/mixed_groups"] == 0.5
+  assert whole["train/response_length"] == 65 / 8
+  assert whole["train/steps_per_response"] == 18 / 8
+  assert whole["train/tokens_per_step"] == pytest.approx(np.mean(
+      lengths / np.array([3, 2, 4, 1, 1, 2, 3, 3])))
+  assert whole["train/empty_step_fraction"] == 2 / 18
+  assert whole["train/all_steps_correct"] == 4 / 8  # Rows 0, 2, 5, 7.
+  assert whole["train/correct_with_wrong_step"] == 1 / 8  # Row 3.
+  halves = [(_scored(rows), lengths[rows], 2)
+            for rows in (slice(0, 4), slice(4, 8))]
+  for got in _as_processes(monkeypatch, rl.rollout_metrics, halves):
+    assert got.keys() == whole.keys()
+    for key, value in whole.items():
+      assert got[key] == pytest.approx(value, rel=1e-12), key
+
+
+def test_prm_agreement_from_two_processes_equals_one(monkeypatch):
+  rng = np.random.default_rng(0)
+  scores = rng.random((8, 4)).astype(np.float32)
+  step_ids = np.full((8, 10), -1, np.int32)
+  for b, n in enumerate([3, 2, 4, 1, 1, 2, 3, 4]):
+    step_ids[b, 2:2 + 2 * n] = np.repeat(np.arange(n), 2)
+  oracle = (rng.random((8, 4)) > 0.5).astype(np.float32)
+  rewards = np.array([1, 0, 1, 1, 0, 0, 0, 1], np.float32)
+  whole = rl.prm_agreement_metrics(scores, step_ids, oracle, rewards)
+  valid = np.arange(4)[None, :] < np.array([3, 2, 4, 1, 1, 2, 3, 4])[:, None]
+  assert whole["prm/mean_step_score"] == pytest.approx(scores[valid].mean())
+  assert whole["prm/step_label_agreement"] == pytest.approx(np.mean(
+      ((scores >= 0.5) == (oracle >= 0.5))[valid]))
+  parts = [(scores[r], step_ids[r], oracle[r], rewards[r])
+           for r in (slice(0, 2), slice(2, 8))]
+  for got in _as_processes(monkeypatch, rl.prm_agreement_metrics, parts):
+    for key, value in whole.items():
+      assert got[key] == pytest.approx(value, rel=1e-12), key
