@@ -89,6 +89,12 @@ def base_config():
       # 256 x 151936 x 4 B = 155 MB per row). The default makes the CPU
       # default's sequences one chunk.
       logits_chunk=512,
+      # Layers under one `nn.scan` (stacked parameters and KV cache): compile
+      # time no longer grows with depth. Checkpoints and HF files convert.
+      scan_layers=False,
+      # Rematerialisation of each block in the backward pass: none | full
+      # (keep only block inputs) | dots (keep the matmul outputs).
+      remat="none",
   ))
 
   # Mesh axis sizes; exactly one may be -1 (all remaining devices). `rules`
@@ -493,6 +499,8 @@ def validate(config):
   _require(sft.dataset_size >= 0, "sft.dataset_size", "must be >= 0.")
   _check_micro_batch(sft.micro_batch_size, sft.batch_size,
                      "sft.micro_batch_size", "sft.batch_size")
+  _require(config.model.remat in ("none", "full", "dots"), "model.remat",
+           f"must be none, full or dots, got {config.model.remat!r}.")
   _require(config.model.logits_chunk >= 1, "model.logits_chunk",
            f"must be >= 1, got {config.model.logits_chunk}.")
 

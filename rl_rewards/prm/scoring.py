@@ -316,6 +316,11 @@ class ModelScorer:
 
     self._score = jax.jit(score)
 
+  def lower(self, tokens, attention_mask, step_ids):
+    """The jitted score pass lowered for these (possibly abstract) inputs:
+    what the memory planner compiles."""
+    return self._score.lower(*self.params, tokens, attention_mask, step_ids)
+
   def score_rollout(self, tokens, attention_mask, step_ids) -> dict:
     """`{"step_scores" [B, S], "v_init" [B]}` as device arrays (RL stage).
 

@@ -43,13 +43,17 @@ def _hf_tokenizer(config):
 def _model_config(config, vocab_size):
   if not config.model.hf_path:
     return models.preset(config.model.size, vocab_size,
-                         dtype=config.model.dtype)
+                         dtype=config.model.dtype,
+                         scan_layers=config.model.scan_layers,
+                         remat=config.model.remat)
   path = os.path.join(config.model.hf_path, "config.json")
   if not os.path.exists(path):
     raise config_lib.ConfigError(
         f"config.model.hf_path: {config.model.hf_path} has no config.json.")
   return hf_lib.config_from_hf(metrics_lib.read_json(path),
-                                  dtype=config.model.dtype, path=path)
+                               dtype=config.model.dtype, path=path,
+                               scan_layers=config.model.scan_layers,
+                               remat=config.model.remat)
 
 
 def initial_params(ctx):
@@ -58,7 +62,9 @@ def initial_params(ctx):
   if ctx.config.model.hf_path:
     _, params = models.load_hf(ctx.config.model.hf_path,
                                dtype=ctx.config.model.dtype,
-                               shardings=shardings)
+                               shardings=shardings,
+                               scan_layers=ctx.model_config.scan_layers,
+                               remat=ctx.model_config.remat)
     return params
   params = models.init_params(ctx.model_config, ctx.rng("init"))
   return jax.device_put(params, shardings)

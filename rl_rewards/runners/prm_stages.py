@@ -40,9 +40,8 @@ from rl_rewards.prm import labels as labels_lib
 from rl_rewards.prm import scoring
 from rl_rewards.prm import training
 from rl_rewards.runners import context as context_lib
+from rl_rewards.runners import programs
 from rl_rewards.sharding import mesh as mesh_lib
-from rl_rewards.train import optim
-from rl_rewards.train import steps
 
 LABELS_STAGE = "labels"
 PRM_STAGE = "prm"
@@ -284,24 +283,11 @@ class TrainedPRM:
 
 
 def load_scorer(ctx, prm: TrainedPRM):
-  """The scorer of a trained PRM; `score_rollout` is what RL calls.
-
-  It scores `config_lib.pass_micro_batch_size(config.prm)` rows at a time
-  (0: a whole batch at once), the LM head in `config.model.logits_chunk`
-  chunks.
-  """
-  num_steps = ctx.config.task.max_steps
-  rows = config_lib.pass_micro_batch_size(ctx.config.prm)
-  chunk = ctx.config.model.logits_chunk
-  if prm.kind == "implicit":
-    return scoring.implicit_scorer(ctx.model_config, prm.params,
-                                   prm.reference, num_steps, beta=prm.beta,
-                                   micro_batch_size=rows, chunk_size=chunk)
-  if prm.kind == "generative":
-    return scoring.generative_scorer(ctx.model_config, prm.params, num_steps,
-                                     micro_batch_size=rows, chunk_size=chunk)
-  return scoring.head_scorer(ctx.model_config, prm.params, num_steps,
-                             micro_batch_size=rows)
+  """The scorer of a trained PRM (`programs.scorer`); `score_rollout` is what
+  RL calls. It scores `config_lib.pass_micro_batch_size(config.prm)` rows at
+  a time, the LM head in `config.model.logits_chunk` chunks."""
+  return programs.scorer(ctx.config, ctx.model_config, prm.kind, prm.params,
+                         prm.reference, prm.beta)
 
 
 def _label_set_path(ctx, label_set_path):
@@ -346,10 +332,7 @@ def _rows_of(groups, group_size):
 
 
 def _ref_logprobs(ctx, params, arrays, batch_size):
-  fn = jax.jit(steps.make_logprob_fn(
-      ctx.model_config,
-      micro_batch_size=config_lib.pass_micro_batch_size(ctx.config.prm),
-      chunk_size=ctx.config.model.logits_chunk))
+  fn = programs.logprob_pass(ctx.config, ctx.model_config, "prm")
   out = []
   for start in range(0, arrays["tokens"].shape[0], batch_size):
     rows = slice(start, start + batch_size)
@@ -444,27 +427,20 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
                                              cfg.valid_fraction)
   groups_per_batch = cfg.batch_size // group_size
   kind = cfg.model
-  tx = optim.make_optimizer(
-      learning_rate=cfg.learning_rate, warmup_steps=cfg.warmup_steps,
-      weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip)
+  tx = programs.prm_optimizer(cfg)
   host_policy = jax.device_get(policy_params)
   heads = MODEL_HEADS[kind]
   if kind != "implicit":
     init = models.init_from_backbone(ctx.model_config, host_policy,
                                      ctx.rng("prm_init"), heads=heads)
-    step_fn = training.make_prm_step(
-        ctx.model_config, tx, num_steps=num_steps, model=kind,
-        value_weight=cfg.value_weight, balance_classes=cfg.balance_classes,
-        micro_batch_size=cfg.micro_batch_size,
-        chunk_size=ctx.config.model.logits_chunk)
+    step_fn = programs.prm_step_fn(ctx.config, ctx.model_config, tx,
+                                   kind=kind, group_size=group_size)
   else:
     init = host_policy
     arrays["ref_logprobs"] = _ref_logprobs(ctx, policy_params, arrays,
                                            cfg.batch_size)
-    step_fn = training.make_implicit_step(
-        ctx.model_config, tx, beta=cfg.implicit_beta, loss=cfg.implicit_loss,
-        group_size=group_size, micro_batch_size=cfg.micro_batch_size,
-        chunk_size=ctx.config.model.logits_chunk)
+    step_fn = programs.prm_step_fn(ctx.config, ctx.model_config, tx,
+                                   kind=kind, group_size=group_size)
   prm_state, prm_shardings = context_lib.create_state(
       ctx.model_config, ctx.mesh, init, tx, heads=heads)
   state, shardings = {"prm": prm_state}, {"prm": prm_shardings}
@@ -485,10 +461,7 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
                          cfg.implicit_beta), done["summary"])
     ctx.writer.drop_after(ctx.stage_order, PRM_STAGE, step)
     print(f"[prm] resuming from step {step}")
-  batch_sharding = mesh_lib.batch_sharding(ctx.mesh)
-  jit_step = jax.jit(step_fn, in_shardings=(shardings["prm"], batch_sharding),
-                     out_shardings=(shardings["prm"], None),
-                     donate_argnums=0)
+  jit_step = programs.jit_update(step_fn, shardings["prm"], ctx.mesh)
   step = int(state["prm"].step)
   seconds = float(meta["seconds"])
   last = time.time()

@@ -18,9 +18,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rl_rewards import config_lib
 from rl_rewards import models
+from rl_rewards.prm import scoring
+from rl_rewards.prm import training
 from rl_rewards.rollout import sampler
 from rl_rewards.runners import context as context_lib
+from rl_rewards.runners import credit
 from rl_rewards.sharding import mesh as mesh_lib
 from rl_rewards.train import optim
 from rl_rewards.train import state as state_lib
@@ -59,23 +63,88 @@ def jit_update(step_fn, state_shardings, mesh):
                  out_shardings=(state_shardings, None), donate_argnums=0)
 
 
+def sft_step_fn(config, model_config, tx):
+  """The SFT update (gradient accumulation over `sft.micro_batch_size`)."""
+  return steps.make_sft_step(
+      model_config, tx, micro_batch_size=config.sft.micro_batch_size,
+      chunk_size=config.model.logits_chunk)
+
+
 def policy_step_fn(config, model_config, tx):
+  """The PPO-clip policy update of `config.rl`."""
   cfg = config.rl
   return steps.make_policy_step(
       model_config, tx, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
       clip_c=cfg.clip_c, loss_agg_mode=cfg.loss_agg_mode,
       kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator,
-      loss_scale=float(config.task.max_new_tokens))
+      loss_scale=float(config.task.max_new_tokens),
+      micro_batch_size=cfg.micro_batch_size,
+      chunk_size=config.model.logits_chunk)
 
 
-def logprob_pass(model_config):
-  """`(params, tokens, attention_mask) -> [B, T]` log-probs, jitted."""
-  return jax.jit(steps.make_logprob_fn(model_config))
+def value_step_fn(config, model_config, tx):
+  """The PPO critic's clipped value regression."""
+  return steps.make_value_step(
+      model_config, tx, clip_range=config.rl.value_clip,
+      micro_batch_size=config.rl.micro_batch_size)
 
 
-def values_pass(model_config):
+def implicit_prm_step_fn(config, model_config, tx):
+  """PRIME's online implicit-PRM update on outcome labels."""
+  cfg = config.rl
+  return steps.make_implicit_prm_step(
+      model_config, tx, beta=cfg.prime_beta, group_size=cfg.group_size,
+      micro_batch_size=cfg.micro_batch_size,
+      chunk_size=config.model.logits_chunk)
+
+
+def prm_step_fn(config, model_config, tx, *, kind, group_size):
+  """The prm stage's update of a `kind` (head | generative | implicit)
+  verifier."""
+  cfg = config.prm
+  if kind == "implicit":
+    return training.make_implicit_step(
+        model_config, tx, beta=cfg.implicit_beta, loss=cfg.implicit_loss,
+        group_size=group_size, micro_batch_size=cfg.micro_batch_size,
+        chunk_size=config.model.logits_chunk)
+  return training.make_prm_step(
+      model_config, tx, num_steps=config.task.max_steps, model=kind,
+      value_weight=cfg.value_weight, balance_classes=cfg.balance_classes,
+      micro_batch_size=cfg.micro_batch_size,
+      chunk_size=config.model.logits_chunk)
+
+
+def logprob_pass(config, model_config, section="rl"):
+  """`(params, tokens, attention_mask) -> [B, T]` log-probs, jitted, over
+  micro-batches of `config.<section>`'s pass size."""
+  return jax.jit(steps.make_logprob_fn(
+      model_config,
+      micro_batch_size=config_lib.pass_micro_batch_size(config[section]),
+      chunk_size=config.model.logits_chunk))
+
+
+def values_pass(config, model_config):
   """`(params, tokens, attention_mask) -> [B, T]` value predictions."""
-  return jax.jit(lambda p, t, m: steps.token_values(model_config, p, t, m))
+  return jax.jit(steps.make_values_fn(
+      model_config,
+      micro_batch_size=config_lib.pass_micro_batch_size(config.rl)))
+
+
+def scorer(config, model_config, kind, params, reference=None, beta=None):
+  """The verifier's jitted scorer (`prm.scoring.ModelScorer`) of a trained
+  `kind` PRM: what the RL stage calls on every rollout."""
+  num_steps = config.task.max_steps
+  rows = config_lib.pass_micro_batch_size(config.prm)
+  chunk = config.model.logits_chunk
+  if kind == "implicit":
+    return scoring.implicit_scorer(model_config, params, reference, num_steps,
+                                   beta=beta, micro_batch_size=rows,
+                                   chunk_size=chunk)
+  if kind == "generative":
+    return scoring.generative_scorer(model_config, params, num_steps,
+                                     micro_batch_size=rows, chunk_size=chunk)
+  return scoring.head_scorer(model_config, params, num_steps,
+                             micro_batch_size=rows)
 
 
 # ------------------------------------------------ abstract inputs (plans) ---
@@ -132,20 +201,6 @@ def _rows(mesh, rows, length, dtypes):
           for name, dtype in dtypes.items()}
 
 
-def _update_program(name, fn, state, rows, length, dtypes, mesh):
-  batch = _rows(mesh, rows, length, dtypes)
-  return Program(name, rows, length, fn, (state, batch),
-                 params=state.params, optimizer=state.opt_state)
-
-
-def _pass_program(name, fn, params, rows, length, mesh):
-  batch = _rows(mesh, rows, length, {"tokens": jnp.int32,
-                                     "attention_mask": jnp.int32})
-  return Program(name, rows, length, fn,
-                 (params, batch["tokens"], batch["attention_mask"]),
-                 params=params)
-
-
 def kv_cache_bytes(model_config, mesh, rows, slots) -> int:
   """Per-device bytes of a KV cache of `rows` x `slots` (rows split over the
   batch axes, KV heads over `tensor` when they divide)."""
@@ -174,11 +229,56 @@ def _sampler_program(name, model_config, params, mesh, prompts, prompt_len,
                                          prompt_len + new_tokens))
 
 
+class _ScorerProgram:
+  """Adapts a `ModelScorer` to `Program.fn` (`lower(*args)`)."""
+
+  def __init__(self, model_scorer):
+    self._scorer = model_scorer
+
+  def lower(self, *args):
+    return self._scorer.lower(*args)
+
+
+def _update(name, rows, unit, length, fn, state, dtypes, mesh, widths=None):
+  """A builder of an update step's program; `widths` gives the second
+  dimension of arrays that are not [B, T] (e.g. [B, S] step targets)."""
+  widths = widths or {}
+
+  def build(n):
+    sharding = mesh_lib.batch_sharding(mesh)
+    batch = {k: jax.ShapeDtypeStruct(
+        (n,) if widths.get(k) == 0 else (n, widths.get(k, length)), dtype,
+        sharding=sharding) for k, dtype in dtypes.items()}
+    return Program(name, n, length, fn, (state, batch),
+                   params=state.params, optimizer=state.opt_state)
+  return ProgramBuilder(name, rows, unit, build)
+
+
+def _pass(name, rows, unit, length, fn, params, mesh):
+  def build(n):
+    batch = _rows(mesh, n, length, {"tokens": jnp.int32,
+                                    "attention_mask": jnp.int32})
+    return Program(name, n, length, fn,
+                   (*params, batch["tokens"], batch["attention_mask"]),
+                   params=params)
+  return ProgramBuilder(name, rows, unit, build)
+
+
+_TOKENS = {"tokens": jnp.int32, "attention_mask": jnp.int32}
+_ROLLOUT = dict(_TOKENS, response_mask=jnp.float32)
+
+
 def pipeline_programs(config, model_config, mesh) -> list[ProgramBuilder]:
-  """Every program the stages of `config` compile, as builders by rows."""
+  """Every program the stages of `config` compile, as builders by rows.
+
+  Rows are global batch rows: the SFT batch, the rollout (prompts x group
+  size) for the sampler and the passes over it, a PPO minibatch for the
+  updates, the PRM batch for the verifier's update.
+  """
   stages = [s.strip() for s in config.stages.split(",") if s.strip()]
   task = config.task
   length = task.max_prompt_len + task.max_new_tokens
+  num_steps = task.max_steps
   ways = mesh_lib.batch_axis_size(mesh)
   builders = []
   policy = abstract_params(model_config, mesh)
@@ -186,38 +286,90 @@ def pipeline_programs(config, model_config, mesh) -> list[ProgramBuilder]:
   if "sft" in stages:
     tx = sft_optimizer(config.sft)
     state, shardings = abstract_state(model_config, mesh, tx)
-    fn = jit_update(steps.make_sft_step(model_config, tx), shardings, mesh)
-    builders.append(ProgramBuilder(
-        "sft/update", config.sft.batch_size, ways,
-        lambda rows, fn=fn, state=state: _update_program(
-            "sft/update", fn, state, rows, length,
-            {"tokens": jnp.int32, "attention_mask": jnp.int32,
-             "loss_mask": jnp.int32}, mesh)))
+    fn = jit_update(sft_step_fn(config, model_config, tx), shardings, mesh)
+    builders.append(_update("sft/update", config.sft.batch_size, ways, length,
+                            fn, state, dict(_TOKENS, loss_mask=jnp.int32),
+                            mesh))
+
+  if "prm" in stages:
+    cfg = config.prm
+    kind = cfg.model
+    heads = {"head": ("score",), "generative": ("lm", "score"),
+             "implicit": ("lm",)}[kind]
+    group = config.labels.samples_per_problem
+    tx = prm_optimizer(cfg)
+    state, shardings = abstract_state(model_config, mesh, tx, heads)
+    fn = jit_update(prm_step_fn(config, model_config, tx, kind=kind,
+                                group_size=group), shardings, mesh)
+    if kind == "implicit":
+      dtypes = dict(_ROLLOUT, ref_logprobs=jnp.float32, labels=jnp.float32)
+      widths = {"labels": 0}
+    else:
+      dtypes = dict(_TOKENS, step_ids=jnp.int32, targets=jnp.float32,
+                    target_mask=jnp.float32, v_target=jnp.float32,
+                    v_mask=jnp.float32)
+      widths = {"targets": num_steps, "target_mask": num_steps,
+                "v_target": 0, "v_mask": 0}
+    builders.append(_update("prm/update", cfg.batch_size, ways * group,
+                            length, fn, state, dtypes, mesh, widths))
 
   if "rl" in stages:
     cfg = config.rl
     rollout_rows = cfg.prompts_per_step * cfg.group_size
+    minibatch = rollout_rows // cfg.minibatches
     builders.append(ProgramBuilder(
         "rl/rollout", rollout_rows, ways * cfg.group_size,
         lambda rows: _sampler_program(
             "rl/rollout", model_config, policy, mesh, rows // cfg.group_size,
             task.max_prompt_len, task.max_new_tokens, cfg.group_size)))
     if cfg.kl_coef > 0 or cfg.method == "prime":
-      fn = logprob_pass(model_config)
-      builders.append(ProgramBuilder(
-          "rl/reference_logprobs", rollout_rows, ways,
-          lambda rows, fn=fn: _pass_program(
-              "rl/reference_logprobs", fn, policy, rows, length, mesh)))
+      builders.append(_pass("rl/reference_logprobs", rollout_rows, ways,
+                            length, logprob_pass(config, model_config),
+                            (policy,), mesh))
+    if cfg.method in credit.PRM_METHODS and cfg.prm_source == "model":
+      kind = config.prm.model
+      heads = {"head": ("score",), "generative": ("lm", "score"),
+               "implicit": ("lm",)}[kind]
+      prm_params = abstract_params(model_config, mesh, heads)
+      model_scorer = scorer(config, model_config, kind, prm_params,
+                            reference=policy, beta=config.prm.implicit_beta)
+
+      def build_scores(n, model_scorer=model_scorer, prm_params=prm_params):
+        batch = _rows(mesh, n, length, dict(_TOKENS, step_ids=jnp.int32))
+        return Program("rl/prm_scores", n, length,
+                       _ScorerProgram(model_scorer),
+                       (batch["tokens"], batch["attention_mask"],
+                        batch["step_ids"]), params=prm_params)
+      builders.append(ProgramBuilder("rl/prm_scores", rollout_rows, ways,
+                                     build_scores))
     tx = rl_optimizer(cfg, cfg.learning_rate)
     state, shardings = abstract_state(model_config, mesh, tx)
     fn = jit_update(policy_step_fn(config, model_config, tx), shardings, mesh)
-    dtypes = {"tokens": jnp.int32, "attention_mask": jnp.int32,
-              "response_mask": jnp.float32, "old_logprobs": jnp.float32,
-              "advantages": jnp.float32}
+    dtypes = dict(_ROLLOUT, old_logprobs=jnp.float32, advantages=jnp.float32)
     if cfg.kl_coef > 0:
       dtypes["ref_logprobs"] = jnp.float32
-    builders.append(ProgramBuilder(
-        "rl/policy_update", rollout_rows // cfg.minibatches, ways,
-        lambda rows, fn=fn, state=state: _update_program(
-            "rl/policy_update", fn, state, rows, length, dtypes, mesh)))
+    builders.append(_update("rl/policy_update", minibatch, ways, length, fn,
+                            state, dtypes, mesh))
+    if cfg.method == "ppo":
+      value = abstract_params(model_config, mesh, ("score",))
+      builders.append(_pass("rl/values", rollout_rows, ways, length,
+                            values_pass(config, model_config), (value,),
+                            mesh))
+      tx = rl_optimizer(cfg, cfg.value_learning_rate)
+      state, shardings = abstract_state(model_config, mesh, tx, ("score",))
+      fn = jit_update(value_step_fn(config, model_config, tx), shardings,
+                      mesh)
+      builders.append(_update(
+          "rl/value_update", minibatch, ways, length, fn, state,
+          dict(_ROLLOUT, old_values=jnp.float32, returns=jnp.float32), mesh))
+    if cfg.method == "prime":
+      tx = rl_optimizer(cfg, cfg.prime_learning_rate)
+      state, shardings = abstract_state(model_config, mesh, tx)
+      fn = jit_update(implicit_prm_step_fn(config, model_config, tx),
+                      shardings, mesh)
+      builders.append(_update(
+          "rl/implicit_prm_update", rollout_rows, ways * cfg.group_size,
+          length, fn, state,
+          dict(_ROLLOUT, ref_logprobs=jnp.float32, labels=jnp.float32), mesh,
+          {"labels": 0}))
   return builders

@@ -35,18 +35,11 @@ from rl_rewards.rollout import sampler
 from rl_rewards.runners import context as context_lib
 from rl_rewards.runners import credit
 from rl_rewards.runners import evaluation
+from rl_rewards.runners import programs
 from rl_rewards.runners import tasks as tasks_lib
 from rl_rewards.sharding import mesh as mesh_lib
-from rl_rewards.train import optim
-from rl_rewards.train import steps
 
 STAGE = "rl"
-
-
-def _tx(cfg, learning_rate):
-  return optim.make_optimizer(
-      learning_rate=learning_rate, warmup_steps=cfg.warmup_steps,
-      weight_decay=cfg.weight_decay, b2=cfg.b2, grad_clip=cfg.grad_clip)
 
 
 def rollout_problems(ctx, step: int, rows: slice = slice(None)):
@@ -224,7 +217,6 @@ def run(ctx, params, ref_params=None, prm=None):
                     ("pass_micro_batch_size", pass_rows)):
     if rows:  # Micro-batches keep rows on every device (train.microbatch).
       mesh_lib.check_batch_divides(rows, ctx.mesh, f"config.rl.{key}")
-  chunk = ctx.config.model.logits_chunk
   method = cfg.method
   uses_prm = method in credit.PRM_METHODS
   if uses_prm and cfg.prm_source == "model" and prm is None:
@@ -235,19 +227,19 @@ def run(ctx, params, ref_params=None, prm=None):
   ref_params = params if ref_params is None else ref_params
 
   # ---------------------------------------------------------------- state ---
-  tx = _tx(cfg, cfg.learning_rate)
+  tx = programs.rl_optimizer(cfg, cfg.learning_rate)
   policy, policy_sh = context_lib.create_state(ctx.model_config, ctx.mesh,
                                                params, tx)
   state, shardings = {"policy": policy}, {"policy": policy_sh}
   if method == "ppo":
-    value_tx = _tx(cfg, cfg.value_learning_rate)
+    value_tx = programs.rl_optimizer(cfg, cfg.value_learning_rate)
     value_params = models.init_from_backbone(
         ctx.model_config, jax.device_get(params), ctx.rng("value_init"),
         heads=("score",))
     state["value"], shardings["value"] = context_lib.create_state(
         ctx.model_config, ctx.mesh, value_params, value_tx, heads=("score",))
   if method == "prime":
-    prm_tx = _tx(cfg, cfg.prime_learning_rate)
+    prm_tx = programs.rl_optimizer(cfg, cfg.prime_learning_rate)
     state["implicit_prm"], shardings["implicit_prm"] = (
         context_lib.create_state(ctx.model_config, ctx.mesh, params, prm_tx))
 
@@ -272,31 +264,24 @@ def run(ctx, params, ref_params=None, prm=None):
     return mesh_lib.put_local_batch(local, ctx.mesh, rollout_batch)
 
   def jit_update(fn, name):
-    return jax.jit(fn, in_shardings=(shardings[name], batch_sharding),
-                   out_shardings=(shardings[name], None), donate_argnums=0)
+    return programs.jit_update(fn, shardings[name], ctx.mesh)
 
   # Updates accumulate gradients over micro-batches of `micro_batch_size`
   # rows; the passes over the rollout (reference and implicit-PRM log-probs,
-  # values) run `pass_rows` rows at a time inside one jitted function.
-  policy_step = jit_update(steps.make_policy_step(
-      ctx.model_config, tx, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-      clip_c=cfg.clip_c, loss_agg_mode=cfg.loss_agg_mode,
-      kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator,
-      loss_scale=float(ctx.task.max_new_tokens),
-      micro_batch_size=cfg.micro_batch_size, chunk_size=chunk), "policy")
+  # values) run `pass_micro_batch_size` rows at a time inside one jitted
+  # function.
+  policy_step = jit_update(
+      programs.policy_step_fn(ctx.config, ctx.model_config, tx), "policy")
   if method == "ppo":
-    value_step = jit_update(steps.make_value_step(
-        ctx.model_config, value_tx, clip_range=cfg.value_clip,
-        micro_batch_size=cfg.micro_batch_size), "value")
-    values_fn = jax.jit(steps.make_values_fn(ctx.model_config,
-                                             micro_batch_size=pass_rows))
+    value_step = jit_update(
+        programs.value_step_fn(ctx.config, ctx.model_config, value_tx),
+        "value")
+    values_fn = programs.values_pass(ctx.config, ctx.model_config)
   if method == "prime":
-    prm_step = jit_update(steps.make_implicit_prm_step(
-        ctx.model_config, prm_tx, beta=cfg.prime_beta,
-        group_size=cfg.group_size, micro_batch_size=cfg.micro_batch_size,
-        chunk_size=chunk), "implicit_prm")
-  logprob_fn = jax.jit(steps.make_logprob_fn(
-      ctx.model_config, micro_batch_size=pass_rows, chunk_size=chunk))
+    prm_step = jit_update(
+        programs.implicit_prm_step_fn(ctx.config, ctx.model_config, prm_tx),
+        "implicit_prm")
+  logprob_fn = programs.logprob_pass(ctx.config, ctx.model_config)
   advantage_fn = credit.make_advantage_fn(cfg)
   returns_fn = jax.jit(lambda b: credit.ppo_returns(cfg, b))
   clamp = jax.jit(lambda ids: credit.clamp_step_ids(ids, num_steps))

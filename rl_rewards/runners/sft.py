@@ -23,9 +23,8 @@ from rl_rewards import models
 from rl_rewards.data import order
 from rl_rewards.runners import context as context_lib
 from rl_rewards.runners import evaluation
+from rl_rewards.runners import programs
 from rl_rewards.sharding import mesh as mesh_lib
-from rl_rewards.train import optim
-from rl_rewards.train import steps
 
 STAGE = "sft"
 
@@ -44,26 +43,11 @@ def make_batch(ctx, step: int, rows: slice = slice(None)):
   return ctx.task.encode_sft(problems)
 
 
-def make_step(ctx, tx):
-  """The un-jitted SFT step of the run's config (micro-batches, LM chunks)."""
-  return steps.make_sft_step(
-      ctx.model_config, tx, micro_batch_size=ctx.config.sft.micro_batch_size,
-      chunk_size=ctx.config.model.logits_chunk)
-
-
 def put_step_batch(ctx, step: int):
   """The SFT batch of `step` on the mesh; this process builds its rows only."""
   size = ctx.config.sft.batch_size
   rows = mesh_lib.process_rows(size, ctx.mesh)
   return mesh_lib.put_local_batch(make_batch(ctx, step, rows), ctx.mesh, size)
-
-
-def make_tx(sft_config):
-  return optim.make_optimizer(
-      learning_rate=sft_config.learning_rate,
-      warmup_steps=sft_config.warmup_steps,
-      weight_decay=sft_config.weight_decay, b2=sft_config.b2,
-      grad_clip=sft_config.grad_clip)
 
 
 def load_finished(ctx, workdir: str):
@@ -92,7 +76,7 @@ def run(ctx, params=None):
   if cfg.micro_batch_size:
     mesh_lib.check_batch_divides(cfg.micro_batch_size, ctx.mesh,
                                  "config.sft.micro_batch_size")
-  tx = make_tx(cfg)
+  tx = programs.sft_optimizer(cfg)
   if params is None:
     params = models.init_params(ctx.model_config, ctx.rng("init"))
   state, shardings = context_lib.create_state(
@@ -110,10 +94,9 @@ def run(ctx, params=None):
     ctx.writer.drop_after(ctx.stage_order, STAGE, int(state.step))
     print(f"[sft] resuming from step {int(state.step)}")
 
-  batch_sharding = mesh_lib.batch_sharding(ctx.mesh)
-  jit_step = jax.jit(make_step(ctx, tx),
-                     in_shardings=(shardings, batch_sharding),
-                     out_shardings=(shardings, None), donate_argnums=0)
+  jit_step = programs.jit_update(
+      programs.sft_step_fn(ctx.config, ctx.model_config, tx), shardings,
+      ctx.mesh)
   gate_problems = ctx.task.problems("valid", 0, cfg.gate_eval_size)
 
   step = int(state.step)
@@ -196,7 +179,7 @@ def run_continue(ctx, params):
   if cfg.continue_seconds <= 0:
     raise config_lib.ConfigError(
         "config.sft.continue_seconds must be > 0 for the sft_continue stage.")
-  tx = make_tx(cfg)
+  tx = programs.sft_optimizer(cfg)
   state, shardings = context_lib.create_state(
       ctx.model_config, ctx.mesh, params, tx)
   ckpt = ctx.checkpointer(CONTINUE_STAGE)
@@ -208,9 +191,9 @@ def run_continue(ctx, params):
       ckpt.close()
       return state.params, done["summary"]
     ctx.writer.drop_after(ctx.stage_order, CONTINUE_STAGE, int(state.step))
-  jit_step = jax.jit(make_step(ctx, tx),
-                     in_shardings=(shardings, mesh_lib.batch_sharding(ctx.mesh)),
-                     out_shardings=(shardings, None), donate_argnums=0)
+  jit_step = programs.jit_update(
+      programs.sft_step_fn(ctx.config, ctx.model_config, tx), shardings,
+      ctx.mesh)
   step, seconds = int(state.step), float(meta["seconds"])
   if step == 0:
     initial = evaluation.evaluate(ctx, state.params, rng=ctx.rng("eval", 0),
