@@ -36,6 +36,16 @@ def get_config(arg=None):
   config.stages = "rl"
   config.model.hf_path = ""           # Set to the checkpoint directory.
   config.model.dtype = "bfloat16"
+  # Sized for one 8-chip host at 1.5B (16 GB per chip; see the README's
+  # planner table): scanned, rematerialised layers, the LM head in 128-token
+  # chunks, passes over the rollout 64 rows at a time, and a bfloat16 copy of
+  # the policy, replicated over fsdp, for the sampler.
+  config.model.scan_layers = True
+  config.model.remat = "full"
+  config.model.logits_chunk = 128
+  config.rl.sampler_dtype = "bfloat16"
+  config.rl.sampler_gather_fsdp = True
+  config.rl.pass_micro_batch_size = 64
   config.task.name = "gsm8k"
   config.task.prompt_template = QWEN_CHAT_PROMPT
   config.task.delimiter = "\n\n"

@@ -32,6 +32,9 @@ _LARGEST = flags.DEFINE_boolean(
     "largest_batch", True,
     "Compile each program twice to find the largest batch that fits.")
 _OUT = flags.DEFINE_string("out", "", "Optional JSON output path.")
+_ONLY = flags.DEFINE_string(
+    "only", "", "Comma-separated program names to plan (default: all), e.g. "
+    "rl/policy_update,rl/rollout.")
 
 
 def main(config, argv):
@@ -54,6 +57,14 @@ def main(config, argv):
         f"({_DEVICES.value} devices)", flush=True)
   with mesh_lib.activate(mesh, rules):
     builders = programs.pipeline_programs(config, model_config, mesh)
+    if _ONLY.value:
+      wanted = [n.strip() for n in _ONLY.value.split(",") if n.strip()]
+      unknown = sorted(set(wanted) - {b.name for b in builders})
+      if unknown:
+        print(f"plan: --only names unknown programs {unknown}; this "
+              f"pipeline has {[b.name for b in builders]}", file=sys.stderr)
+        sys.exit(2)
+      builders = [b for b in builders if b.name in wanted]
     reports = plan_lib.plan(builders, largest_batch=_LARGEST.value,
                             progress=lambda line: print("  " + line,
                                                         flush=True))

@@ -134,6 +134,13 @@ def base_config():
       group_size=8,            # Samples per prompt (n).
       temperature=1.0,
       top_p=1.0,
+      # The weights the sampler reads: a copy made once per RL step, cast to
+      # `sampler_dtype` ("" keeps float32; "bfloat16" halves what each decode
+      # step reads) and, with `sampler_gather_fsdp`, replicated over the fsdp
+      # axis (still split over tensor), so decoding does not all-gather every
+      # weight for every token.
+      sampler_dtype="",
+      sampler_gather_fsdp=False,
       learning_rate=5e-5,
       warmup_steps=0,
       weight_decay=0.0,
@@ -499,6 +506,9 @@ def validate(config):
   _require(sft.dataset_size >= 0, "sft.dataset_size", "must be >= 0.")
   _check_micro_batch(sft.micro_batch_size, sft.batch_size,
                      "sft.micro_batch_size", "sft.batch_size")
+  _require(config.rl.sampler_dtype in ("", "float32", "bfloat16"),
+           "rl.sampler_dtype",
+           f"must be '', float32 or bfloat16, got {config.rl.sampler_dtype!r}.")
   _require(config.model.remat in ("none", "full", "dots"), "model.remat",
            f"must be none, full or dots, got {config.model.remat!r}.")
   _require(config.model.logits_chunk >= 1, "model.logits_chunk",

@@ -10,21 +10,26 @@ materialised), and reads `compiled.memory_analysis()`:
 
 per device. Arguments are split into parameters, optimizer state and the
 batch; temporaries are the activations (and, for the sampler, the KV cache,
-also given on its own). The programs are built by `runners.programs`, the
+also given on its own). The stage's other state that stays on the devices
+while the program runs (e.g. the policy's optimizer state during the
+rollout, the reference policy during the update) is added as `resident`;
+`peak = total + resident` is what must fit.
+
+The numbers are XLA:CPU's. The CPU compiler computes bfloat16 matmuls in
+float32 and upcasts their operands, so for bfloat16 models the activations
+(and the sampler's cache temporaries) are overstated: plans are
+conservative there. The programs are built by `runners.programs`, the
 same constructors the stages jit and run, so the numbers are those of the
 real run.
 
 The largest batch that fits comes from a second compile at half the rows:
 memory is affine in the rows of a program (`a + b·rows`), so two compiles
-give the rows at which `total` reaches the device's memory.
+give the rows at which `peak` reaches the device's memory.
 """
 
 import dataclasses
 import time
 from typing import Callable, Optional, Sequence
-
-import jax
-import numpy as np
 
 from rl_rewards.runners import programs as programs_lib
 
@@ -45,6 +50,9 @@ class ProgramMemory:
     activations: temporaries (`temp_size_in_bytes`).
     kv_cache: the sampler's KV cache (part of `activations`), else 0.
     total: arguments + outputs − aliased + temporaries.
+    resident: the stage's other state on the devices meanwhile (models and
+      optimizer states this program does not take as arguments).
+    peak: total + resident, what must fit the device.
     compile_s: seconds to lower and compile.
     bytes_per_row: d total / d rows (from a second compile; None if not
       measured).
@@ -58,39 +66,32 @@ class ProgramMemory:
   activations: int
   kv_cache: int
   total: int
+  resident: int
   compile_s: float
   bytes_per_row: Optional[float] = None
 
+  @property
+  def peak(self) -> int:
+    return self.total + self.resident
+
   def largest_rows(self, limit_bytes: float, unit: int) -> int:
-    """Rows (a multiple of `unit`) at which `total` stays within the limit."""
+    """Rows (a multiple of `unit`) at which `peak` stays within the limit."""
     if self.bytes_per_row is None or self.bytes_per_row <= 0:
-      return self.rows if self.total <= limit_bytes else 0
-    fixed = self.total - self.bytes_per_row * self.rows
+      return self.rows if self.peak <= limit_bytes else 0
+    fixed = self.peak - self.bytes_per_row * self.rows
     rows = int((limit_bytes - fixed) // self.bytes_per_row)
     return max(rows // unit * unit, 0)
 
 
-def per_device_bytes(tree) -> int:
-  """Bytes one device holds of a pytree of sharded abstract arrays (the
-  largest shard, so uneven splits count their padding)."""
-  total = 0
-  for leaf in jax.tree.leaves(tree):
-    shape = leaf.shape
-    sharding = getattr(leaf, "sharding", None)
-    if sharding is not None:
-      shape = sharding.shard_shape(shape)
-    total += int(np.prod(shape, dtype=np.int64)) * np.dtype(leaf.dtype).itemsize
-  return total
-
-
-def measure(program: programs_lib.Program) -> ProgramMemory:
+def measure(program: programs_lib.Program,
+            resident: int = 0) -> ProgramMemory:
   """Compiles `program` and returns its per-device memory."""
   t0 = time.time()
   compiled = program.lower().compile()
   seconds = time.time() - t0
   mem = compiled.memory_analysis()
-  params = per_device_bytes(program.params)
-  optimizer = per_device_bytes(program.optimizer)
+  params = programs_lib.per_device_bytes(program.params)
+  optimizer = programs_lib.per_device_bytes(program.optimizer)
   arguments = int(mem.argument_size_in_bytes)
   total = (arguments + int(mem.output_size_in_bytes) -
            int(mem.alias_size_in_bytes) + int(mem.temp_size_in_bytes))
@@ -99,7 +100,7 @@ def measure(program: programs_lib.Program) -> ProgramMemory:
       params=params, optimizer=optimizer,
       inputs=max(arguments - params - optimizer, 0),
       activations=int(mem.temp_size_in_bytes), kv_cache=program.kv_cache,
-      total=total, compile_s=seconds)
+      total=total, resident=resident, compile_s=seconds)
 
 
 def plan(builders: Sequence[programs_lib.ProgramBuilder], *,
@@ -120,9 +121,9 @@ def plan(builders: Sequence[programs_lib.ProgramBuilder], *,
   out = []
   for builder in builders:
     program = builder.build(builder.rows)
-    report = measure(program)
+    report = measure(program, builder.resident)
     if progress:
-      progress(f"{report.name}: {report.total / GIB:.2f} GiB per device "
+      progress(f"{report.name}: {report.peak / GIB:.2f} GiB per device "
                f"(compiled in {report.compile_s:.1f} s)")
     half = builder.rows // 2 // builder.unit * builder.unit
     if largest_batch and half > 0:
@@ -134,11 +135,11 @@ def plan(builders: Sequence[programs_lib.ProgramBuilder], *,
 
 
 def check_fits(reports: Sequence[ProgramMemory], device_memory_gb: float):
-  """Raises ValueError naming every program whose total exceeds the device."""
+  """Raises ValueError naming every program whose peak exceeds the device."""
   limit = device_memory_gb * GIB
-  too_big = [r for r in reports if r.total > limit]
+  too_big = [r for r in reports if r.peak > limit]
   if too_big:
-    lines = "; ".join(f"{r.name} needs {r.total / GIB:.2f} GiB" for r in
+    lines = "; ".join(f"{r.name} needs {r.peak / GIB:.2f} GiB" for r in
                       too_big)
     raise ValueError(f"does not fit {device_memory_gb:g} GiB per device: "
                      f"{lines}.")
@@ -150,17 +151,18 @@ def format_table(reports: Sequence[ProgramMemory],
   """A Markdown table: one row per program, per-device GiB by part, and the
   largest rows that fit each device memory."""
   units = {b.name: b.unit for b in builders}
-  head = ["program", "rows x len", "params", "optimizer", "inputs",
-          "activations", "KV cache", "total"]
+  head = ["step", "rows x len", "params", "optimizer", "inputs",
+          "activations", "KV cache", "program", "+ resident", "peak"]
   head += [f"fits {g:g} GB / max rows" for g in device_memory_gb]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in reports:
     cells = [r.name, f"{r.rows} x {r.length}"] + [
         f"{x / GIB:.2f}" for x in (r.params, r.optimizer, r.inputs,
-                                   r.activations, r.kv_cache, r.total)]
+                                   r.activations, r.kv_cache, r.total,
+                                   r.resident, r.peak)]
     for gb in device_memory_gb:
       limit = gb * GIB
-      fits = "yes" if r.total <= limit else "**no**"
+      fits = "yes" if r.peak <= limit else "**no**"
       cells.append(f"{fits} / {r.largest_rows(limit, units[r.name])}")
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)

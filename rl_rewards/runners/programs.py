@@ -25,6 +25,7 @@ from rl_rewards.prm import training
 from rl_rewards.rollout import sampler
 from rl_rewards.runners import context as context_lib
 from rl_rewards.runners import credit
+from rl_rewards.sharding import axes
 from rl_rewards.sharding import mesh as mesh_lib
 from rl_rewards.train import optim
 from rl_rewards.train import state as state_lib
@@ -130,6 +131,24 @@ def values_pass(config, model_config):
       micro_batch_size=config_lib.pass_micro_batch_size(config.rl)))
 
 
+def sampler_weights(config, model_config, mesh):
+  """`params -> the copy the RL sampler reads` (see `rl.sampler_dtype` and
+  `rl.sampler_gather_fsdp`), jitted with the copy's shardings; the identity
+  when neither is set. Made once per RL step, after the update."""
+  cfg = config.rl
+  if not cfg.sampler_dtype and not cfg.sampler_gather_fsdp:
+    return lambda params: params
+  dtype = jnp.dtype(cfg.sampler_dtype or "float32")
+  rules = mesh_lib.active_rules()
+  if cfg.sampler_gather_fsdp:
+    rules = mesh_lib.parse_rules(f"{axes.EMBED}=none", base=rules)
+  shardings = mesh_lib.logical_to_shardings(
+      models.param_logical_axes(model_config), mesh, rules)
+  return jax.jit(lambda params: jax.tree.map(lambda x: x.astype(dtype),
+                                             params),
+                 out_shardings=shardings)
+
+
 def scorer(config, model_config, kind, params, reference=None, beta=None):
   """The verifier's jitted scorer (`prm.scoring.ModelScorer`) of a trained
   `kind` PRM: what the RL stage calls on every rollout."""
@@ -177,6 +196,23 @@ class ProgramBuilder:
   rows: int
   unit: int          # Rows come in multiples of this.
   build: Callable[[int], Program]
+  # Per-device bytes of the stage's state that stays on the devices while
+  # this program runs but is not one of its arguments (e.g. the policy's
+  # optimizer state during the rollout).
+  resident: int = 0
+
+
+def per_device_bytes(tree) -> int:
+  """Bytes one device holds of a pytree of sharded abstract arrays (the
+  largest shard, so uneven splits count their padding)."""
+  total = 0
+  for leaf in jax.tree.leaves(tree):
+    shape = leaf.shape
+    sharding = getattr(leaf, "sharding", None)
+    if sharding is not None:
+      shape = sharding.shard_shape(shape)
+    total += int(np.prod(shape, dtype=np.int64)) * np.dtype(leaf.dtype).itemsize
+  return total
 
 
 def abstract_params(model_config, mesh, heads=("lm",)):
@@ -312,20 +348,32 @@ def pipeline_programs(config, model_config, mesh) -> list[ProgramBuilder]:
                 "v_target": 0, "v_mask": 0}
     builders.append(_update("prm/update", cfg.batch_size, ways * group,
                             length, fn, state, dtypes, mesh, widths))
+    # The SFT policy stays on the devices (the RL stage's reference).
+    builders[-1].resident = per_device_bytes(policy)
 
   if "rl" in stages:
+    first_rl = len(builders)
+    live = {"reference": per_device_bytes(policy)}
+    consumed = {}
     cfg = config.rl
     rollout_rows = cfg.prompts_per_step * cfg.group_size
     minibatch = rollout_rows // cfg.minibatches
+    sampled = policy
+    if cfg.sampler_dtype or cfg.sampler_gather_fsdp:
+      # The sampler reads the per-step copy: its dtype and shardings.
+      copied = sampler_weights(config, model_config, mesh).lower(policy)
+      sampled = context_lib.abstract_like(
+          copied.out_info, copied.compile().output_shardings)
     builders.append(ProgramBuilder(
         "rl/rollout", rollout_rows, ways * cfg.group_size,
         lambda rows: _sampler_program(
-            "rl/rollout", model_config, policy, mesh, rows // cfg.group_size,
+            "rl/rollout", model_config, sampled, mesh, rows // cfg.group_size,
             task.max_prompt_len, task.max_new_tokens, cfg.group_size)))
     if cfg.kl_coef > 0 or cfg.method == "prime":
       builders.append(_pass("rl/reference_logprobs", rollout_rows, ways,
                             length, logprob_pass(config, model_config),
                             (policy,), mesh))
+      consumed["rl/reference_logprobs"] = live["reference"]
     if cfg.method in credit.PRM_METHODS and cfg.prm_source == "model":
       kind = config.prm.model
       heads = {"head": ("score",), "generative": ("lm", "score"),
@@ -342,6 +390,9 @@ def pipeline_programs(config, model_config, mesh) -> list[ProgramBuilder]:
                         batch["step_ids"]), params=prm_params)
       builders.append(ProgramBuilder("rl/prm_scores", rollout_rows, ways,
                                      build_scores))
+      live["verifier"] = consumed["rl/prm_scores"] = (
+          per_device_bytes(prm_params) +
+          (per_device_bytes(policy) if kind == "implicit" else 0))
     tx = rl_optimizer(cfg, cfg.learning_rate)
     state, shardings = abstract_state(model_config, mesh, tx)
     fn = jit_update(policy_step_fn(config, model_config, tx), shardings, mesh)
@@ -350,11 +401,15 @@ def pipeline_programs(config, model_config, mesh) -> list[ProgramBuilder]:
       dtypes["ref_logprobs"] = jnp.float32
     builders.append(_update("rl/policy_update", minibatch, ways, length, fn,
                             state, dtypes, mesh))
+    live["policy"] = consumed["rl/policy_update"] = per_device_bytes(state)
+    if not (cfg.sampler_dtype or cfg.sampler_gather_fsdp):
+      consumed["rl/rollout"] = per_device_bytes(policy)
     if cfg.method == "ppo":
       value = abstract_params(model_config, mesh, ("score",))
       builders.append(_pass("rl/values", rollout_rows, ways, length,
                             values_pass(config, model_config), (value,),
                             mesh))
+      consumed["rl/values"] = per_device_bytes(value)
       tx = rl_optimizer(cfg, cfg.value_learning_rate)
       state, shardings = abstract_state(model_config, mesh, tx, ("score",))
       fn = jit_update(value_step_fn(config, model_config, tx), shardings,
@@ -362,6 +417,7 @@ def pipeline_programs(config, model_config, mesh) -> list[ProgramBuilder]:
       builders.append(_update(
           "rl/value_update", minibatch, ways, length, fn, state,
           dict(_ROLLOUT, old_values=jnp.float32, returns=jnp.float32), mesh))
+      live["value"] = consumed["rl/value_update"] = per_device_bytes(state)
     if cfg.method == "prime":
       tx = rl_optimizer(cfg, cfg.prime_learning_rate)
       state, shardings = abstract_state(model_config, mesh, tx)
@@ -372,4 +428,8 @@ def pipeline_programs(config, model_config, mesh) -> list[ProgramBuilder]:
           length, fn, state,
           dict(_ROLLOUT, ref_logprobs=jnp.float32, labels=jnp.float32), mesh,
           {"labels": 0}))
+      live["implicit_prm"] = per_device_bytes(state)
+      consumed["rl/implicit_prm_update"] = live["implicit_prm"]
+    for builder in builders[first_rl:]:
+      builder.resident = sum(live.values()) - consumed.get(builder.name, 0)
   return builders

@@ -282,6 +282,8 @@ def run(ctx, params, ref_params=None, prm=None):
         programs.implicit_prm_step_fn(ctx.config, ctx.model_config, prm_tx),
         "implicit_prm")
   logprob_fn = programs.logprob_pass(ctx.config, ctx.model_config)
+  sampler_weights = programs.sampler_weights(ctx.config, ctx.model_config,
+                                             ctx.mesh)
   advantage_fn = credit.make_advantage_fn(cfg)
   returns_fn = jax.jit(lambda b: credit.ppo_returns(cfg, b))
   clamp = jax.jit(lambda ids: credit.clamp_step_ids(ids, num_steps))
@@ -298,7 +300,8 @@ def run(ctx, params, ref_params=None, prm=None):
   while step < cfg.steps and not (cfg.max_seconds and
                                   seconds >= cfg.max_seconds):
     t0 = time.time()
-    out, scored, info = rollout(ctx, state["policy"].params, step)
+    out, scored, info = rollout(ctx, sampler_weights(state["policy"].params),
+                                step)
     t1 = time.time()
     record = {}
     step_ids = clamp(out.step_ids)

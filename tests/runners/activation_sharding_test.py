@@ -106,3 +106,23 @@ def test_inspection_reads_per_device_shapes():
   assert inspection.global_batch_arrays(text, 48, 40) == [
       "%a: f32[48,40,256]", "%c: s32[1920,1,32]"]
   assert jax.device_count() == 8
+
+
+def test_sampler_weights_copy_is_cast_and_gathered_over_fsdp():
+  mesh = _mesh()
+  config = _config("grpo")
+  config.rl.sampler_dtype = "bfloat16"
+  config.rl.sampler_gather_fsdp = True
+  cfg = models.preset("test", 64)
+  params = models.init_params(cfg, jax.random.key(0))
+  with mesh_lib.activate(mesh):
+    placed = jax.device_put(params, mesh_lib.logical_to_shardings(
+        models.param_logical_axes(cfg), mesh))
+    copy = programs.sampler_weights(config, cfg, mesh)(placed)
+  for leaf, original in zip(jax.tree.leaves(copy), jax.tree.leaves(placed)):
+    assert leaf.dtype == jax.numpy.bfloat16
+    assert "fsdp" not in str(leaf.sharding.spec)
+    assert (leaf.astype("float32") ==
+            original.astype("bfloat16").astype("float32")).all()
+  # Training layout: the embedding dimension is split over fsdp.
+  assert any("fsdp" in str(l.sharding.spec) for l in jax.tree.leaves(placed))
