@@ -71,3 +71,58 @@ def test_parse_arg_types_and_flags():
   assert arg.size == "test" and arg.runlocal is True and arg.steps == 7
   with pytest.raises(config_lib.ConfigError, match="Unknown config argument"):
     config_lib.parse_arg("sise=test", size="tiny")
+
+
+@pytest.mark.parametrize("key,value,message", [
+    # Default batches: sft 64, rl 32 x 8 = 256 rows in 1 minibatch, prm 64.
+    ("sft.micro_batch_size", -1, "sft.micro_batch_size: must be >= 0"),
+    ("sft.micro_batch_size", 24, "sft.micro_batch_size: must divide "
+                                 "sft.batch_size"),
+    ("rl.micro_batch_size", 48, "rl.micro_batch_size: must divide the "
+                                "minibatch"),
+    ("rl.pass_micro_batch_size", 96, "rl.pass_micro_batch_size: must divide"),
+    ("rl.pass_micro_batch_size", -4, "rl.pass_micro_batch_size: must be"),
+    ("prm.micro_batch_size", 24, "prm.micro_batch_size: must divide"),
+    ("prm.pass_micro_batch_size", -1, "prm.pass_micro_batch_size"),
+    ("model.logits_chunk", 0, "model.logits_chunk"),
+])
+def test_bad_micro_batch_sizes_name_the_key(key, value, message):
+  config = _config()
+  section, _, name = key.rpartition(".")
+  config[section][name] = value
+  with pytest.raises(config_lib.ConfigError, match=message):
+    config_lib.validate(config)
+
+
+def test_micro_batches_that_divide_are_valid():
+  config = _config()
+  config.sft.micro_batch_size = 16
+  config.rl.minibatches = 4                # 64-row minibatches
+  config.rl.micro_batch_size = 16
+  config.rl.pass_micro_batch_size = 128
+  config.prm.micro_batch_size = 8
+  config.model.logits_chunk = 7
+  config_lib.validate(config)
+  assert config_lib.pass_micro_batch_size(config.rl) == 128
+  config.rl.pass_micro_batch_size = 0      # Passes follow the updates.
+  assert config_lib.pass_micro_batch_size(config.rl) == 16
+  # The minibatch, not the rollout, bounds the update's micro-batches.
+  config.rl.micro_batch_size = 128
+  with pytest.raises(config_lib.ConfigError, match="rl.micro_batch_size"):
+    config_lib.validate(config)
+
+
+def test_group_losses_need_whole_groups_per_micro_batch():
+  config = _config()
+  config.rl.method = "prime"
+  config.rl.micro_batch_size = 4           # group_size 8
+  with pytest.raises(config_lib.ConfigError, match="multiple of group_size"):
+    config_lib.validate(config)
+  config.rl.micro_batch_size = 16
+  config_lib.validate(config)
+  config.prm.model = "implicit"
+  config.prm.micro_batch_size = 2          # samples_per_problem 4
+  with pytest.raises(config_lib.ConfigError,
+                     match="prm.micro_batch_size: must be a multiple of "
+                           "labels.samples_per_problem"):
+    config_lib.validate(config)

@@ -352,3 +352,31 @@ def test_model_scorer_checks_step_slots(task, model):
   scorer = scoring.head_scorer(config, params, NUM_STEPS)
   with pytest.raises(ValueError, match="step slots"):
     scorer.score_batch(_batch(task, MODEL_ITEMS, num_steps=NUM_STEPS + 1))
+
+
+@pytest.mark.parametrize("kind", ["head", "generative", "implicit"])
+def test_micro_batched_scoring_equals_whole_batch(task, model, kind):
+  config, params, reference = model
+  make = {
+      "head": lambda **kw: scoring.head_scorer(
+          config, params, NUM_STEPS,
+          **{k: v for k, v in kw.items() if k != "chunk_size"}),
+      "generative": lambda **kw: scoring.generative_scorer(
+          config, params, NUM_STEPS, **kw),
+      "implicit": lambda **kw: scoring.implicit_scorer(
+          config, params, reference, NUM_STEPS, beta=0.5, **kw),
+  }[kind]
+  _, batch = _padded_variants(task)      # 6 rows
+  whole = make().score_batch(batch)
+  # 2-row micro-batches divide the batch; 4-row ones pad it to 8 rows. The
+  # LM head in chunks of 5 positions.
+  for rows in (2, 4):
+    scorer = make(micro_batch_size=rows, chunk_size=5)
+    out = scorer.score_batch(batch)
+    for key in whole:
+      np.testing.assert_allclose(out[key], whole[key], atol=1e-6,
+                                 err_msg=f"{key}, {rows} rows")
+    rollout = scorer.score_rollout(batch.tokens, batch.attention_mask,
+                                   batch.step_ids)
+    np.testing.assert_allclose(np.asarray(rollout["step_scores"]),
+                               whole["step_scores"], atol=1e-6)
