@@ -18,6 +18,18 @@ bfloat16 activations with float32 parameters, and the run starts with RL
 on blank lines ("\\n\\n"), as in PRM800K/ProcessBench-style data, for the
 process-reward methods (`--config.rl.method=prime`, ...).
 
+Memory: rows are 832 tokens (320 prompt + 512 response) and the vocabulary
+151936. Layers are scanned (compile time independent of depth) and
+rematerialised; the LM head runs 128 positions at a time
+(`model.logits_chunk`; full [rows, 832, V] float32 logits would be 0.5 GB a
+row); every update accumulates gradients over micro-batches of 16 rows
+(`*.micro_batch_size`); the passes over the 512-row rollout (reference
+log-probs, implicit PRM, values, verifier) run 64 rows at a time; the sampler
+reads a bfloat16 copy of the policy replicated over fsdp. Planned for 8 chips
+at Qwen2.5-1.5B shapes (`python -m experiments.plan --config=configs/qwen_gsm8k.py
+--config.model.hf_path=configs/hf_shapes/qwen2.5-1.5b --devices=8`), every
+step fits 16 GB a chip; the README has the table for 0.5B, 1.5B and 7B.
+
 `get_config("smoke")` shrinks lengths and batches to check the plumbing on a
 small checkpoint (the test suite does this with a tiny random Qwen2).
 """
@@ -38,14 +50,13 @@ def get_config(arg=None):
   config.model.dtype = "bfloat16"
   # Sized for one 8-chip host at 1.5B (16 GB per chip; see the README's
   # planner table): scanned, rematerialised layers, the LM head in 128-token
-  # chunks, passes over the rollout 64 rows at a time, and a bfloat16 copy of
-  # the policy, replicated over fsdp, for the sampler.
+  # chunks and a bfloat16 copy of the policy, replicated over fsdp, for the
+  # sampler; micro-batches below.
   config.model.scan_layers = True
   config.model.remat = "full"
   config.model.logits_chunk = 128
   config.rl.sampler_dtype = "bfloat16"
   config.rl.sampler_gather_fsdp = True
-  config.rl.pass_micro_batch_size = 64
   config.task.name = "gsm8k"
   config.task.prompt_template = QWEN_CHAT_PROMPT
   config.task.delimiter = "\n\n"
@@ -60,12 +71,17 @@ def get_config(arg=None):
   config.sft.max_seconds = 36000.0
   config.sft.target_accuracy = 1.0    # SFT runs its step budget.
   config.sft.gate_every_steps = 100
+  config.sft.micro_batch_size = 16    # 4 micro-batches of the 64 rows.
   config.rl.steps = 300
   config.rl.prompts_per_step = 64
   config.rl.group_size = 8
   config.rl.learning_rate = 1e-6
   config.rl.warmup_steps = 10
-  config.rl.minibatches = 4
+  config.rl.minibatches = 4           # 128-row minibatches ...
+  config.rl.micro_batch_size = 16     # ... in 8 micro-batches of 16 rows.
+  config.rl.pass_micro_batch_size = 64  # Forward passes: 8 x 64 rows.
+  config.prm.micro_batch_size = 16
+  config.prm.pass_micro_batch_size = 64
   config.rl.kl_coef = 1e-3
   config.rl.kl_estimator = "k3"
   config.rl.eval_every_steps = 25
@@ -87,6 +103,11 @@ def get_config(arg=None):
     config.rl.prompts_per_step = 8
     config.rl.group_size = 2
     config.rl.minibatches = 1
+    config.sft.micro_batch_size = 0
+    config.rl.micro_batch_size = 8      # 2 micro-batches of the 16 rows.
+    config.rl.pass_micro_batch_size = 8
+    config.prm.micro_batch_size = 0
+    config.prm.pass_micro_batch_size = 0
     config.rl.eval_every_steps = 1
     config.rl.checkpoint_every_steps = 1
     config.eval.size_per_k = 8
