@@ -201,13 +201,17 @@ def add_old_and_ref_logprobs(batch: dict, logprobs, seed: int) -> dict:
 
 
 def optimizer_settings(kind: str) -> dict:
-  """Keyword arguments of `optim.make_optimizer`, as the stage's runner
-  passes them from `base_config()`."""
+  """Keyword arguments of `optim.make_optimizer`: those the stage's runner
+  passes from `base_config()`, and its defaults for the rest (b1, eps)."""
+  import inspect  # pylint: disable=g-import-not-at-top
   from rl_rewards import config_lib  # pylint: disable=g-import-not-at-top
+  from rl_rewards.train import optim  # pylint: disable=g-import-not-at-top
   section = config_lib.base_config()["sft" if kind == "sft" else "rl"]
+  defaults = inspect.signature(optim.make_optimizer).parameters
   return dict(learning_rate=section.learning_rate,
               warmup_steps=section.warmup_steps,
-              weight_decay=section.weight_decay, b2=section.b2,
+              weight_decay=section.weight_decay, b1=defaults["b1"].default,
+              b2=section.b2, eps=defaults["eps"].default,
               grad_clip=section.grad_clip)
 
 
@@ -314,17 +318,14 @@ class TorchStep:
     self.model, self.kind, self.policy = model, kind, policy
     self.device = device
     self.grad_clip = settings["grad_clip"]
+    adamw = dict(lr=settings["learning_rate"],
+                 betas=(settings["b1"], settings["b2"]), eps=settings["eps"],
+                 weight_decay=settings["weight_decay"])
     try:
-      self.opt = torch.optim.AdamW(
-          model.parameters(), lr=settings["learning_rate"],
-          betas=(0.9, settings["b2"]), eps=1e-8,
-          weight_decay=settings["weight_decay"], fused=True)
+      self.opt = torch.optim.AdamW(model.parameters(), fused=True, **adamw)
       self.fused = True
     except (RuntimeError, TypeError):
-      self.opt = torch.optim.AdamW(
-          model.parameters(), lr=settings["learning_rate"],
-          betas=(0.9, settings["b2"]), eps=1e-8,
-          weight_decay=settings["weight_decay"])
+      self.opt = torch.optim.AdamW(model.parameters(), **adamw)
       self.fused = False
     warmup = settings["warmup_steps"]
     self.schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -364,7 +365,8 @@ class TorchStep:
     import torch  # pylint: disable=g-import-not-at-top
     loss, parts = self.loss(batch)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+    if self.grad_clip > 0:
+      torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
     self.opt.step()
     self.schedule.step()
     self.opt.zero_grad(set_to_none=True)
@@ -463,14 +465,20 @@ def _bench_shape(kind, loaded, mesh, batch_size, seq_len, options):
     row["ratio"] = row["ours_tok_s"] / row["torch_tok_s"]
     row.update(loss_agreement(ours_losses, torch_losses, options["tolerance"]))
   if jax.default_backend() != "cpu":
-    peak = options["peak_tflops"]
-    for side in ("ours", "torch"):
-      if f"{side}_tok_s" in row:
-        for convention in ("causal", "noncausal"):
-          row[f"{side}_mfu_{convention}"] = mfu(
-              row[f"{side}_tok_s"], flops[convention], peak)
-    row["peak_tflops"] = peak
+    row.update(mfu_fields(row, flops, options["peak_tflops"]))
   return row
+
+
+def mfu_fields(row: dict, flops: dict, peak_tflops: float) -> dict:
+  """`{side}_mfu_{causal,noncausal}` for each side with `{side}_tok_s` in
+  `row`, from `flops_per_token`'s dict, and `peak_tflops`."""
+  out = {"peak_tflops": peak_tflops}
+  for side in ("ours", "torch"):
+    if f"{side}_tok_s" in row:
+      for convention in ("causal", "noncausal"):
+        out[f"{side}_mfu_{convention}"] = mfu(
+            row[f"{side}_tok_s"], flops[convention], peak_tflops)
+  return out
 
 
 def loss_agreement(ours, theirs, tolerance):
@@ -557,20 +565,23 @@ def _torch_device(compare: bool):
                    "CUDA device; pass --nocompare_torch to time ours only.")
 
 
-def _print_table(rows):
+def print_table(rows):
+  """Prints the results as a markdown table (MFU columns on a GPU)."""
   gpu = any("peak_tflops" in r for r in rows)
   header = ("| step | model | dtype | B x T | ours tok/s | torch tok/s | "
             "ratio | ours first call s | torch first call s | "
             "first-step loss ours / torch (rel diff) | torch threads |")
+  mfu_keys = [f"{side}_mfu_{c}" for side in ("ours", "torch")
+              for c in ("causal", "noncausal")]
   if gpu:
-    header += " ours MFU causal | ours MFU non-causal | torch MFU causal |"
+    header += (" ours MFU causal | ours MFU non-causal | torch MFU causal | "
+               "torch MFU non-causal |")
   print(header)
   print("|" + "---|" * header[1:].count("|"))
   for r in rows:
-    torch_side = "torch_tok_s" in r
     line = (f"| {r['step']} | {r['model']} | {r['dtype']} | "
             f"{r['batch']} x {r['seq_len']} | {r['ours_tok_s']:,.0f} | ")
-    if torch_side:
+    if "torch_tok_s" in r:
       line += (f"{r['torch_tok_s']:,.0f} | {r['ratio']:.2f}x | "
                f"{r['ours_first_call_s']:.1f} | "
                f"{r['torch_first_call_s']:.1f} | "
@@ -582,13 +593,18 @@ def _print_table(rows):
       line += (f"- | - | {r['ours_first_call_s']:.1f} | - | "
                f"{r['ours_losses'][0]:.6f} / - | - |")
     if gpu:
-      line += (f" {r.get('ours_mfu_causal', 0):.1%} | "
-               f"{r.get('ours_mfu_noncausal', 0):.1%} | "
-               f"{r.get('torch_mfu_causal', float('nan')):.1%} |")
+      line += "".join(f" {r[k]:.1%} |" if k in r else " - |"
+                      for k in mfu_keys)
     print(line)
+  compared = [r for r in rows if "first_step_losses_agree" in r]
+  if compared:
+    agree = all(r["first_step_losses_agree"] for r in compared)
+    print(f"First-step losses agree within a relative "
+          f"{compared[0]['loss_tolerance']:.0e}: {'yes' if agree else 'NO'}.")
   if gpu:
-    print("MFU: model FLOPs/token = 6N + attention; causal = 6·L·T·Dh·H, "
-          "non-causal = 12·L·T·Dh·H; over --peak_tflops.")
+    print(f"MFU over a peak of {rows[0]['peak_tflops']:g} TFLOP/s; model "
+          "FLOPs/token = 6N + attention, causal 6·L·T·Dh·H, non-causal "
+          "12·L·T·Dh·H.")
 
 
 def _thread_candidates(torch_device, threads):
@@ -648,7 +664,7 @@ def run(options: dict) -> dict:
         print(json.dumps(row), flush=True)
   print(f"\nbackend: {jax.default_backend()}, devices: {len(devices)}, "
         f"cpus: {os.cpu_count()}")
-  _print_table(rows)
+  print_table(rows)
   return {"rows": rows, "cpu_count": os.cpu_count(),
           "backend": jax.default_backend()}
 

@@ -130,3 +130,22 @@ def test_main_runs_both_sides_and_their_losses_agree(tmp_path, kind):
   assert row["first_step_kl_ours"] > 1e-3
   assert row["second_step_loss_ours"] != row["first_step_loss_ours"]
   assert row["second_step_loss_rel_diff"] <= 1e-4
+
+
+def test_mfu_fields_and_the_gpu_table(capsys):
+  cfg = models.preset("test", 40)
+  flops = train_step.flops_per_token(cfg, 16)
+  row = {"step": "sft", "model": "test", "dtype": "bfloat16", "batch": 4,
+         "seq_len": 16, "ours_tok_s": 1e6, "ours_first_call_s": 3.0,
+         "ours_losses": [3.7]}
+  fields = train_step.mfu_fields(row, flops, peak_tflops=1.0)
+  # 1e6 tokens/s · 124416 (causal) or 130560 (non-causal) FLOPs/token,
+  # over 1e12 FLOP/s (the hand count of the first test at T = 16).
+  assert fields == {"peak_tflops": 1.0,
+                    "ours_mfu_causal": pytest.approx(0.124416),
+                    "ours_mfu_noncausal": pytest.approx(0.13056)}
+  row.update(fields)
+  train_step.print_table([row])
+  printed = capsys.readouterr().out
+  assert "| 12.4% | 13.1% | - | - |" in printed
+  assert "causal 6·L·T·Dh·H, non-causal 12·L·T·Dh·H" in printed
