@@ -110,6 +110,8 @@ def test_main_runs_both_sides_and_their_losses_agree(tmp_path, kind):
               "ours_tok_s", "torch_tok_s"):
     assert row[key] > 0, key
   assert row["ours_tok_s"] == pytest.approx(256 / row["ours_s"])
+  assert row["ours_times_s"] == [row["ours_s"]]
+  assert row["torch_times_s"] == [row["torch_s"]]
   assert row["ratio"] == pytest.approx(row["ours_tok_s"] / row["torch_tok_s"])
   cfg = models.preset("test", 40)
   assert row["flops_per_token_causal"] == (
