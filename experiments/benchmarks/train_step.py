@@ -251,9 +251,8 @@ def jit_step(kind: str, cfg, params, mesh, *, kl_coef: float, seq_len: int):
     (jitted `(state, batch) -> (state, metrics)`, optax transformation,
     `TrainState` shardings).
   """
-  import jax  # pylint: disable=g-import-not-at-top
   from rl_rewards.runners import context  # pylint: disable=g-import-not-at-top
-  from rl_rewards.sharding import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from rl_rewards.runners import programs  # pylint: disable=g-import-not-at-top
   from rl_rewards.train import optim  # pylint: disable=g-import-not-at-top
   from rl_rewards.train import steps  # pylint: disable=g-import-not-at-top
 
@@ -266,27 +265,18 @@ def jit_step(kind: str, cfg, params, mesh, *, kl_coef: float, seq_len: int):
   else:
     raise ValueError(f"Unknown step {kind!r}; expected sft or policy.")
   shardings = context.state_shardings(params, cfg, mesh, tx)
-  jitted = jax.jit(fn, in_shardings=(shardings, mesh_lib.batch_sharding(mesh)),
-                   out_shardings=(shardings, None), donate_argnums=0)
-  return jitted, tx, shardings
-
-
-def abstract_params(cfg):
-  """`ShapeDtypeStruct`s of `init_params(cfg, key)`, drawing no values."""
-  from rl_rewards.models import model as model_lib  # pylint: disable=g-import-not-at-top
-  # init_params draws its values on the host, so it cannot run under
-  # jax.eval_shape; this is the tree of shapes it fills.
-  return model_lib._abstract_params(cfg, ("lm",))  # pylint: disable=protected-access
+  return programs.jit_update(fn, shardings, mesh), tx, shardings
 
 
 def abstract_inputs(kind: str, cfg, tx, batch: int, seq_len: int):
   """`ShapeDtypeStruct`s of (state, batch) for `jax.eval_shape` of a step."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from rl_rewards import models  # pylint: disable=g-import-not-at-top
   from rl_rewards.train import state as state_lib  # pylint: disable=g-import-not-at-top
 
   state = jax.eval_shape(lambda p: state_lib.create(p, tx),
-                         abstract_params(cfg))
+                         models.abstract_params(cfg))
   ints = ("tokens", "attention_mask", "loss_mask", "response_mask")
   arrays = {k: jax.ShapeDtypeStruct(
       (batch, seq_len), jnp.int32 if k in ints else jnp.float32)
@@ -662,7 +652,7 @@ def run(options: dict) -> dict:
   options["torch_threads"] = _thread_candidates(options["torch_device"],
                                                 options["torch_threads"])
   rows = []
-  with tempfile.TemporaryDirectory() as workdir:
+  with tempfile.TemporaryDirectory() as workdir, mesh_lib.activate(mesh):
     loaded = _load(options, workdir)
     for batch, seq_len in options["shapes"]:
       for kind in options["steps"]:

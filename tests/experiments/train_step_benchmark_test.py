@@ -76,7 +76,7 @@ def test_loss_agreement_detects_a_difference():
 def test_policy_step_traces_at_the_qwen_half_billion_shape():
   cfg = train_step.model_config("qwen0.5b", 0, "bfloat16", 1024)
   mesh = mesh_lib.make_mesh({"data": -1, "fsdp": 1, "tensor": 1})
-  params = train_step.abstract_params(cfg)
+  params = models.abstract_params(cfg)
   step, tx, _ = train_step.jit_step("policy", cfg, params, mesh, kl_coef=0.05,
                                     seq_len=1024)
   state, batch = train_step.abstract_inputs("policy", cfg, tx, 8, 1024)
