@@ -5,7 +5,7 @@ Public API:
   init_params, init_from_backbone, param_logical_axes -- parameters
   stack_layers, unstack_layers                       -- per-layer <-> scanned
   apply, logits, token_logprobs, token_stats         -- forward passes
-  TokenStats, DEFAULT_LOGITS_CHUNK                   -- chunked LM head (lm_head)
+  TokenStats, DEFAULT_LOGITS_CHUNK                   -- the chunked LM head
   hidden_states, lm_head_kernel                      -- the trunk and LM head
   KVCache, init_cache, grow_cache, repeat_cache      -- incremental decoding
   load_hf, save_hf                                   -- Hugging Face checkpoints

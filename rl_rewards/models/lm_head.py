@@ -1,6 +1,7 @@
 """The LM head in chunks of positions: log-probs, entropies, argmax matches.
 
-    logp = next_token_logprobs(hidden, kernel, tokens, mask, chunk_size=256)
+    stats = next_token_stats(hidden, kernel, tokens, mask, chunk_size=256)
+    stats.logprobs, stats.entropy, stats.is_argmax      # each [B, T]
 
 For hidden states h [B, T, D] and the head kernel W [D, V], every position t
 gets the tempered distribution p_t = softmax(h_t W / τ) and
@@ -10,9 +11,9 @@ gets the tempered distribution p_t = softmax(h_t W / τ) and
     argmax    1[argmax_v z_t[v] = y_t]
 
 with z_t = h_t W / τ and lse_t = log Σ_v exp z_t[v]. The positions are
-processed `chunk_size` at a time (T is padded up to whole chunks, which are
-balanced so the padding is < one row per chunk) by a `jax.lax.map` whose body
-is wrapped in `jax.checkpoint`: the forward keeps no logits, and the backward
+processed `chunk_size` at a time (T is padded up to whole chunks, balanced
+so the padding is < one position per chunk) by a `jax.lax.map` whose body is
+wrapped in `jax.checkpoint`: the forward keeps no logits, and the backward
 recomputes one chunk's logits at a time, so neither ever holds more than
 [B, chunk, V] logits (f32[64, 832, 151936] would be 30 GiB). A single chunk
 (T ≤ chunk_size) runs as one plain block, the same computation as the full
@@ -21,7 +22,8 @@ recomputes one chunk's logits at a time, so neither ever holds more than
 The matmul runs in the activation dtype of `hidden` and the logits are cast
 to float32, as in the model's own head; the kernel is cast inside the chunk
 body, so the gradient of a float32 kernel is accumulated over chunks in
-float32.
+float32 (the price: under FSDP the loop-invariant kernel is gathered in
+float32, [D, V] x 4 bytes a device).
 """
 
 import functools

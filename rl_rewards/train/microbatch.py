@@ -65,7 +65,7 @@ def _rows(tree) -> int:
 
 
 def split_rows(tree, num: int, group_size: int = 1):
-  """[B, ...] leaves -> [num, B // num, ...]; micro-batch j = groups {i·num + j}.
+  """[B, ...] leaves -> [n, B // n, ...]; micro-batch j = groups {i·n + j}.
 
   Args:
     tree: pytree of arrays with a common leading row axis B.
@@ -87,7 +87,7 @@ def split_rows(tree, num: int, group_size: int = 1):
 
 
 def merge_rows(tree, group_size: int = 1):
-  """Inverse of `split_rows`: [n, B // n, ...] leaves -> [B, ...] in row order."""
+  """Inverse of `split_rows`: [n, B // n, ...] -> [B, ...] in row order."""
   def merge(x):
     num, rows = x.shape[0], x.shape[1]
     grouped = x.reshape(num, rows // group_size, group_size, *x.shape[2:])

@@ -208,8 +208,9 @@ def make_logprob_fn(model_config: models.ModelConfig, *,
   """`(params, tokens, attention_mask) -> [B, T]` token log-probs.
 
   The pass runs `micro_batch_size` rows at a time (0: all rows at once) in
-  one `jax.lax.map` (`microbatch.map_rows`), results in row order; used for
-  the reference and implicit-PRM log-probs of a rollout.
+  one `jax.lax.map` (`microbatch.map_rows`; a batch that is not a multiple
+  is padded), results in row order; used for the reference and
+  implicit-PRM log-probs of a rollout.
   """
 
   def logprob_fn(params, tokens, attention_mask):
