@@ -6,15 +6,16 @@ connected by `jax.distributed` (CPU collectives: gloo), and compares with a
 single process on 8 devices running the same config in this test process:
 
 * rows: every call that builds or scores rows sees, on each process, only
-  that process's rows: concatenated in process order they are exactly the
-  rows of the single-process call (a process scoring rows that are not its
-  own, or all rows, fails this);
+  that process's rows; over the processes they are exactly the rows of the
+  single-process call, and a rollout is scored half on each process (a
+  process building or scoring rows that are not its own fails this);
 * metrics: every process computes identical metric records, equal to the
   single-process ones within float tolerance (cross-process all-reduces sum
   in another order); only process 0 writes the workdir files;
-* parameters: the final SFT and RL parameters agree within float tolerance;
+* parameters: the final parameters agree within float tolerance;
 * resume (slow): a second launch extending the run restores the
-  collectively written checkpoint and continues like the reference.
+  collectively written checkpoint and continues like the reference;
+* the default job (slow): sft -> labels -> prm -> rl on two processes.
 """
 
 import importlib.util
@@ -33,7 +34,9 @@ from rl_rewards import checkpoints
 from rl_rewards import cli
 from rl_rewards import metrics as metrics_lib
 from rl_rewards.runners import pipeline
+from rl_rewards.runners import prm_stages
 from rl_rewards.runners import rl
+from rl_rewards.runners import sft
 from rl_rewards.runners import tasks as tasks_lib
 from rl_rewards.sharding import mesh as mesh_lib
 
@@ -48,14 +51,20 @@ _spec = importlib.util.spec_from_file_location("multihost_worker", WORKER)
 worker = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(worker)
 
-CONFIG = "configs/oracle.py:size=test"
-# Small but complete: SFT with a gate eval, RL with oracle step labels (PAV
-# credit), held-out greedy accuracy and pass@2, a checkpoint every step.
-OVERRIDES = {"sft.max_steps": 2, "rl.steps": 2}
+# The fast case: the oracle-PAV job at `test` size, shrunk to what every
+# stage needs once: 1 SFT step, 2 RL steps (a checkpoint after each, PAV
+# credit from oracle step labels), held-out greedy accuracy on 8 problems.
+FAST = ("configs/oracle.py:size=test",
+        {"sft.max_steps": 1, "sft.gate_every_steps": 2, "eval.pass_n": 1,
+         "eval.size_per_k": 4, "eval.batch_size": 8,
+         "rl.eval_every_steps": 2, "rl.steps": 2})
+# The default job (PAV: sft -> labels -> prm -> rl) with gate evals and
+# pass@2, at `test` size.
+DEFAULT = ("configs/default.py:size=test", {"sft.max_steps": 2})
 
 
-def _config(overrides):
-  config = cli.load_config_file(os.path.join(ROOT, CONFIG))
+def _config(spec, overrides):
+  config = cli.load_config_file(os.path.join(ROOT, spec))
   for key, value in overrides.items():
     node = config
     *parents, name = key.split(".")
@@ -65,9 +74,9 @@ def _config(overrides):
   return config
 
 
-def _flags(overrides):
-  return [f"--config={CONFIG}"] + [f"--config.{k}={v}"
-                                   for k, v in overrides.items()]
+def _flags(spec, overrides):
+  return [f"--config={spec}"] + [f"--config.{k}={v}"
+                                 for k, v in overrides.items()]
 
 
 def _free_port() -> int:
@@ -76,7 +85,8 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _launch(workdir: str, overrides: dict, tag: str) -> list[list[dict]]:
+def _launch(workdir: str, spec: str, overrides: dict,
+            tag: str) -> list[list[dict]]:
   """Runs train.py as NUM_PROCESSES processes; returns each one's records."""
   port = _free_port()
   cache = os.environ.get(
@@ -94,11 +104,11 @@ def _launch(workdir: str, overrides: dict, tag: str) -> list[list[dict]]:
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
         "PYTHONPATH": ROOT})
-    record = os.path.join(workdir + f".{tag}.records{i}.jsonl")
-    log = open(workdir + f".{tag}.log{i}.txt", "w")  # pylint: disable=consider-using-with
+    record = f"{workdir}.{tag}.records{i}.jsonl"
+    log = open(f"{workdir}.{tag}.log{i}.txt", "w")  # pylint: disable=consider-using-with
     procs.append(subprocess.Popen(
         [sys.executable, WORKER, record, f"--workdir={workdir}",
-         *_flags(overrides)], cwd=ROOT, env=env, stdout=log,
+         *_flags(spec, overrides)], cwd=ROOT, env=env, stdout=log,
         stderr=subprocess.STDOUT))
     records.append(record)
     logs.append(log)
@@ -120,18 +130,27 @@ def _launch(workdir: str, overrides: dict, tag: str) -> list[list[dict]]:
   return [worker.read(r) for r in records]
 
 
-def _run_single(workdir: str, overrides: dict, tag: str,
-                monkeypatch) -> list[dict]:
-  """The reference: this process (8 devices), the same recorder."""
-  record = workdir + f".{tag}.records.jsonl"
-  with monkeypatch.context() as patch:
+def _run_single(workdir: str, spec: str, overrides: dict,
+                tag: str) -> list[dict]:
+  """The reference: this process (8 devices), with the same recorder."""
+  record = f"{workdir}.{tag}.records.jsonl"
+  with pytest.MonkeyPatch.context() as patch:
     worker.install(record, patch.setattr)
-    pipeline.run(_config(overrides), workdir)
+    pipeline.run(_config(spec, overrides), workdir)
   return worker.read(record)
 
 
+def _run_both(root, spec, overrides, tag="first"):
+  reference_dir, workdir = str(root / "single"), str(root / "multi")
+  single = _run_single(reference_dir, spec, overrides, tag)
+  per_process = _launch(workdir, spec, overrides, tag)
+  return workdir, per_process, reference_dir, single
+
+
 def _is_deterministic(key: str) -> bool:
-  return not (key.startswith(("time/", "perf/")) or key == "time" or
+  """Metrics other than timings and workdir paths."""
+  return not (key.startswith(("time/", "perf/")) or
+              key in ("time", "labels/path") or
               key.endswith(("seconds", "_s")))
 
 
@@ -152,27 +171,40 @@ def _metrics(records):
           for r in records if r["kind"] == "metrics"]
 
 
+def _labelling(rows) -> bool:
+  first = rows[0][1] if rows else -1
+  return prm_stages.LABEL_INDEX_OFFSET <= first < sft.CONTINUE_INDEX_OFFSET
+
+
 def _check_rows(per_process, single):
-  """Each process built and scored its own rows, and together all rows."""
+  """Each process built and scored its own rows, and together all rows.
+
+  Calls run in the same order everywhere; the rows of one call, over the
+  processes, are the rows of the single-process call (as a multiset: pass@n
+  scores its batches at once, each process its own rows of every batch).
+  The labelling stage is the exception: every process samples and labels
+  every solution (identical records, written by process 0).
+  """
   calls = [[r for r in records if r["kind"] != "metrics"]
            for records in per_process]
   reference = [r for r in single if r["kind"] != "metrics"]
   assert all(len(c) == len(reference) for c in calls), [len(c) for c in calls]
-  rl_scored = [0] * len(calls)
+  rollout_rows = [0] * len(calls)
   for k, want in enumerate(reference):
     got = [c[k] for c in calls]
     assert all(g["kind"] == want["kind"] for g in got), (k, want["kind"])
+    if _labelling(want["rows"]):
+      assert all(g["rows"] == want["rows"] for g in got), k
+      continue
     joined = [row for g in got for row in g["rows"]]
-    assert joined == want["rows"], (k, want["kind"])
+    assert sorted(joined) == sorted(want["rows"]), (k, want["kind"])
     if want["kind"] == "score" and want["rows"][0][1] >= (
         tasks_lib.RL_INDEX_OFFSET):
       # Rollout scoring: exactly half of the global batch on each process.
       for i, g in enumerate(got):
         assert len(g["rows"]) * NUM_PROCESSES == len(want["rows"])
-        rl_scored[i] += len(g["rows"])
-  assert all(rl_scored), rl_scored
-  kinds = {r["kind"] for r in reference}
-  assert {"encode_sft", "encode_prompts", "score"} <= kinds
+        rollout_rows[i] += len(g["rows"])
+  assert all(rollout_rows), rollout_rows
 
 
 def _check_metrics(per_process, single, workdir, reference_dir):
@@ -187,64 +219,76 @@ def _check_metrics(per_process, single, workdir, reference_dir):
       _assert_close(got[key], value, f"{stage} step {step} {key}")
   # Only process 0 wrote metrics.jsonl: one line per record, not one per
   # process.
-  on_disk = metrics_lib.read_metrics(workdir)
-  assert len(on_disk) == len(metrics_lib.read_metrics(reference_dir))
+  assert len(metrics_lib.read_metrics(workdir)) == len(
+      metrics_lib.read_metrics(reference_dir))
   summary = metrics_lib.read_json(os.path.join(workdir, "summary.json"))
   reference = metrics_lib.read_json(os.path.join(reference_dir,
                                                  "summary.json"))
+  assert summary["stages"].keys() == reference["stages"].keys()
   for stage, values in reference["stages"].items():
     for key, value in values.items():
       if _is_deterministic(key):
         _assert_close(summary["stages"][stage][key], value, f"{stage} {key}")
 
 
-def _check_params(workdir, reference_dir):
-  for stage in ("sft", "rl"):
-    def params(directory, stage=stage):
+def _check_params(workdir, reference_dir, stages=("sft", "rl")):
+  for stage in stages:
+    def state(directory, stage=stage):
       ckpt = checkpoints.Checkpointer(
           os.path.join(directory, "checkpoints", stage))
-      state = ckpt.restore_raw()
+      restored = ckpt.restore_raw()
       ckpt.close()
-      return state["policy"] if "policy" in state else state
-    got, want = params(workdir), params(reference_dir)
-    assert int(got["step"]) == int(want["step"])
-    for a, b in zip(jax.tree.leaves(got["params"]),
-                    jax.tree.leaves(want["params"])):
+      for name in ("policy", "prm"):  # States holding several models.
+        restored = restored.get(name, restored)
+      return restored
+    got, want = state(workdir), state(reference_dir)
+    assert int(got["step"]) == int(want["step"]) > 0
+    got, want = jax.tree.leaves(got["params"]), jax.tree.leaves(
+        want["params"])
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
       np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def fast_runs(tmp_path_factory):
   """(multi-process workdir, its records, reference workdir, its records)."""
-  root = tmp_path_factory.mktemp("multihost")
-  reference_dir, workdir = str(root / "single"), str(root / "multi")
-  with pytest.MonkeyPatch.context() as patch:
-    single = _run_single(reference_dir, OVERRIDES, "first", patch)
-  per_process = _launch(workdir, OVERRIDES, "first")
-  return workdir, per_process, reference_dir, single
+  return _run_both(tmp_path_factory.mktemp("multihost"), *FAST)
 
 
-def test_each_process_builds_and_scores_only_its_rows(runs):
-  _, per_process, _, single = runs
+def test_each_process_builds_and_scores_only_its_rows(fast_runs):
+  _, per_process, _, single = fast_runs
   _check_rows(per_process, single)
+  kinds = {r["kind"] for r in single}
+  assert {"encode_sft", "encode_prompts", "score", "metrics"} <= kinds
 
 
-def test_two_processes_match_one(runs):
-  workdir, per_process, reference_dir, single = runs
+def test_two_processes_log_and_train_like_one(fast_runs):
+  workdir, per_process, reference_dir, single = fast_runs
   _check_metrics(per_process, single, workdir, reference_dir)
   _check_params(workdir, reference_dir)
 
 
 @pytest.mark.slow
-def test_resume_on_two_processes_matches_one(runs):
-  workdir, _, reference_dir, _ = runs
-  extended = dict(OVERRIDES, **{"rl.steps": 3})
-  with pytest.MonkeyPatch.context() as patch:
-    single = _run_single(reference_dir, extended, "resumed", patch)
-  per_process = _launch(workdir, extended, "resumed")
+def test_resume_on_two_processes_matches_one(fast_runs):
+  # Extends the finished run: a new launch restores the checkpoint the two
+  # processes wrote together and runs one more RL step.
+  workdir, _, reference_dir, _ = fast_runs
+  spec, overrides = FAST
+  extended = dict(overrides, **{"rl.steps": 3})
+  single = _run_single(reference_dir, spec, extended, "resumed")
+  per_process = _launch(workdir, spec, extended, "resumed")
   _check_rows(per_process, single)
   _check_metrics(per_process, single, workdir, reference_dir)
   _check_params(workdir, reference_dir)
+
+
+@pytest.mark.slow
+def test_default_job_on_two_processes_matches_one(tmp_path):
+  workdir, per_process, reference_dir, single = _run_both(tmp_path, *DEFAULT)
+  _check_rows(per_process, single)
+  _check_metrics(per_process, single, workdir, reference_dir)
+  _check_params(workdir, reference_dir, ("sft", "prm", "rl"))
 
 
 # ------------------------------------------- row blocks, in one process ---
