@@ -7,6 +7,11 @@
 The workdir receives config.json, metrics.jsonl, checkpoints/ and
 summary.json; rerunning with the same workdir resumes from the latest
 checkpoint.
+
+On several hosts, run the same command on each with `JAX_COORDINATOR_ADDRESS`
+(host:port of process 0), `JAX_NUM_PROCESSES` and `JAX_PROCESS_ID` set (see
+`rl_rewards/sharding/mesh.py`); `jax.distributed` is initialised before
+anything touches a device, and the workdir must be on a shared file system.
 """
 
 from absl import flags

@@ -100,10 +100,10 @@ def rollout(ctx, params, step: int):
   texts = task.decode_responses(host["tokens"], host["response_mask"])
   repeated = [p for p in problems for _ in range(cfg.group_size)]
   scored = task.score(repeated, texts, ~host["truncated"])
+  reward_s = time.time() - t0
   num_tokens = mesh_lib.process_sums({"tokens": host["lengths"].sum()})
   info = {"lengths": host["lengths"], "rows": rows,
-          "num_tokens": int(num_tokens["tokens"]),
-          "reward_s": time.time() - t0}
+          "num_tokens": int(num_tokens["tokens"]), "reward_s": reward_s}
   return out, scored, info
 
 

@@ -12,6 +12,31 @@ rules table are active: every jitted function of a run is traced inside
 `activate(mesh, rules)`, which the pipeline enters once for the whole run.
 Without it, XLA is free to shard the hidden dimension instead of the batch,
 and every device would hold the whole global batch.
+
+Several processes (hosts). Start the same command on every host, e.g.
+
+    JAX_COORDINATOR_ADDRESS=host0:1234 JAX_NUM_PROCESSES=2 JAX_PROCESS_ID=0 \
+        python -m experiments.train --config=... --workdir=/shared/run
+    JAX_COORDINATOR_ADDRESS=host0:1234 JAX_NUM_PROCESSES=2 JAX_PROCESS_ID=1 \
+        python -m experiments.train --config=... --workdir=/shared/run
+
+(`JAX_PROCESS_ID` differs per host; on Cloud TPU pods and under SLURM JAX
+finds all three itself). `experiments/train.py` calls
+`maybe_initialize_distributed()` before anything touches a device; the mesh
+then spans every process's devices (`config.mesh` sizes count all of them),
+and the workdir must be on a file system all hosts share (orbax writes
+checkpoints from every process; only process 0 writes metrics.jsonl,
+summary.json and config.json). On CPU (tests), set `JAX_PLATFORMS=cpu` and
+`XLA_FLAGS=--xla_force_host_platform_device_count=N` per process;
+cross-process collectives use gloo (JAX's default
+`jax_cpu_collectives_implementation`).
+
+Each process builds only its own rows of a batch: the rows its devices hold
+(`process_rows`), placed with `put_local_batch`; it reads back only those
+rows of an output (`local_rows`, no all-gather) and combines metrics from
+per-process sums and counts (`process_sums`). Each process's devices must
+hold one contiguous block of rows of their own, which holds when the
+`tensor` axis stays within a host (`process_row_blocks` checks it).
 """
 
 import contextlib
