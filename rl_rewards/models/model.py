@@ -374,6 +374,18 @@ def _check_tokens(cfg, tokens, attention_mask, positions):
   del cfg
 
 
+def _token_inputs(cfg, tokens, attention_mask, positions):
+  """Arrays of (tokens, attention_mask defaulting to all ones, positions),
+  checked against each other."""
+  tokens = jnp.asarray(tokens)
+  if attention_mask is None:
+    attention_mask = jnp.ones(tokens.shape, bool)
+  attention_mask = jnp.asarray(attention_mask)
+  positions = None if positions is None else jnp.asarray(positions)
+  _check_tokens(cfg, tokens, attention_mask, positions)
+  return tokens, attention_mask, positions
+
+
 def apply(cfg: config_lib.ModelConfig, params: Params, tokens: Array, *,
           attention_mask: Optional[Array] = None,
           positions: Optional[Array] = None,
@@ -492,12 +504,8 @@ def hidden_states(cfg: config_lib.ModelConfig, params: Params,
   score head; callers that must not hold [B, T, V] logits (chunked log-probs,
   the LM loss) start from here.
   """
-  tokens = jnp.asarray(tokens)
-  if attention_mask is None:
-    attention_mask = jnp.ones(tokens.shape, bool)
-  attention_mask = jnp.asarray(attention_mask)
-  positions = None if positions is None else jnp.asarray(positions)
-  _check_tokens(cfg, tokens, attention_mask, positions)
+  tokens, attention_mask, positions = _token_inputs(
+      cfg, tokens, attention_mask, positions)
   return _jit_hidden_states(cfg, params, tokens, attention_mask, positions)
 
 
@@ -555,12 +563,8 @@ def token_logprobs(cfg: config_lib.ModelConfig, params: Params,
   Returns:
     [B, T] float32 log-probabilities.
   """
-  tokens = jnp.asarray(tokens)
-  if attention_mask is None:
-    attention_mask = jnp.ones(tokens.shape, bool)
-  attention_mask = jnp.asarray(attention_mask)
-  positions = None if positions is None else jnp.asarray(positions)
-  _check_tokens(cfg, tokens, attention_mask, positions)
+  tokens, attention_mask, positions = _token_inputs(
+      cfg, tokens, attention_mask, positions)
   return _jit_token_logprobs(cfg, params, tokens, attention_mask, positions,
                              jnp.float32(temperature), int(chunk_size))
 
@@ -577,12 +581,8 @@ def token_stats(cfg: config_lib.ModelConfig, params: Params, tokens: Array,
   tokens[t] is argmax p. All [B, T]; 0 (False) at entry 0, on padding and on
   each row's first real token. Arguments as in `token_logprobs`.
   """
-  tokens = jnp.asarray(tokens)
-  if attention_mask is None:
-    attention_mask = jnp.ones(tokens.shape, bool)
-  attention_mask = jnp.asarray(attention_mask)
-  positions = None if positions is None else jnp.asarray(positions)
-  _check_tokens(cfg, tokens, attention_mask, positions)
+  tokens, attention_mask, positions = _token_inputs(
+      cfg, tokens, attention_mask, positions)
   return _jit_token_logprobs(cfg, params, tokens, attention_mask, positions,
                              jnp.float32(temperature), int(chunk_size), True)
 
