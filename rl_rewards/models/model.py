@@ -43,13 +43,17 @@ _STACKED = "layers"
 
 
 class KVCache(NamedTuple):
-  """Keys and values of the tokens seen so far, in the layout that
-  `jax.nn.dot_product_attention` reads ([B, S, KVH, Dh] per layer).
+  """Keys and values of the tokens seen so far.
 
-  With per-layer blocks (`cfg.scan_layers` False) `k` and `v` are tuples of
-  L arrays [B, S, KVH, Dh], each updated in place by its block; with scanned
-  blocks they are single arrays [L, B, S, KVH, Dh] carried through the scan.
-  Either way `cache.k[i]` is layer i's keys and `len(cache.k)` is L.
+  Stored head-major, [B, KVH, S, Dh] per layer: attention reads
+  `swapaxes(cache.k[i], 1, 2)`, the [B, S, KVH, Dh] layout of
+  `jax.nn.dot_product_attention`, and XLA folds the swap into the attention
+  matmuls, so a decoding step reads the cache in place (see
+  `transformer.write_kv`). With per-layer blocks (`cfg.scan_layers` False)
+  `k` and `v` are tuples of L arrays [B, KVH, S, Dh], each updated in place
+  by its block; with scanned blocks they are single arrays
+  [L, B, KVH, S, Dh] carried through the scan. Either way `cache.k[i]` is
+  layer i's keys and `len(cache.k)` is L.
 
   Attributes:
     k: keys (activation dtype), per-layer tuple or stacked array.
@@ -66,7 +70,7 @@ class KVCache(NamedTuple):
 
   @property
   def stacked(self) -> bool:
-    """True for the [L, B, S, KVH, Dh] layout of scanned blocks."""
+    """True for the [L, B, KVH, S, Dh] layout of scanned blocks."""
     return not isinstance(self.k, (tuple, list))
 
 
@@ -295,13 +299,13 @@ def init_cache(cfg: config_lib.ModelConfig, batch_size: int,
   """An empty KV cache with `max_len` slots (all slots invalid).
 
   Keys and values are zeros in the activation dtype: L arrays
-  [B, S, KVH, Dh], or one [L, B, S, KVH, Dh] array when `cfg.scan_layers`.
+  [B, KVH, S, Dh], or one [L, B, KVH, S, Dh] array when `cfg.scan_layers`.
   """
   if batch_size <= 0 or max_len <= 0:
     raise ValueError(f"init_cache needs batch_size > 0 and max_len > 0, got "
                      f"{batch_size} and {max_len}.")
   dtype = jnp.dtype(cfg.dtype)
-  shape = (batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
+  shape = (batch_size, cfg.num_kv_heads, max_len, cfg.head_dim)
 
   def zeros(shape):
     return transformer.constrain_kv(jnp.zeros(shape, dtype))
@@ -335,9 +339,9 @@ def grow_cache(cache: KVCache, max_len: int) -> KVCache:
     widths = [(0, 0)] * x.ndim
     widths[axis] = (0, extra)
     return jnp.pad(x, widths)
-  # The slot axis follows the batch axis.
+  # The slot axis is two after the batch axis ([B, KVH, S, Dh]).
   k, v = _map_kv(
-      lambda x, b: transformer.constrain_kv(pad(x, b + 1)), cache)
+      lambda x, b: transformer.constrain_kv(pad(x, b + 2)), cache)
   return KVCache(k=k, v=v, key_mask=pad(cache.key_mask, 1))
 
 

@@ -15,10 +15,15 @@ attention scale 1/sqrt(Dh) and RoPE in the "rotate_half" convention
 (the two halves of each head are the real and imaginary parts).
 
 Shapes: tokens [B, T]; activations [B, T, D]; queries [B, T, H, Dh]; keys
-and values [B, S, KVH, Dh], where S is the number of key slots (T without a
-cache), stacked to [L, B, S, KVH, Dh] in a cache of scanned layers.
-Attention goes through `jax.nn.dot_product_attention` with a boolean mask
-(causal by slot, padding, cache validity).
+and values [B, S, KVH, Dh] as attention reads them, where S is the number of
+key slots (T without a cache). Attention goes through
+`jax.nn.dot_product_attention` with a boolean mask (causal by slot, padding,
+cache validity). A KV cache stores keys and values head-major,
+[B, KVH, S, Dh] (stacked to [L, B, KVH, S, Dh] for scanned layers), and hands
+attention the [B, S, KVH, Dh] view: XLA folds that axis swap into the
+attention matmuls, whose batch axes (B, KVH) are then leading in memory, so a
+decoding step reads the cache in place. (Stored [B, S, KVH, Dh], XLA's CPU
+backend copies the whole cache into that order twice per layer and step.)
 
 With `cfg.scan_layers` the L blocks are one `nn.scan` over a `ScanBlock`
 whose parameters are stacked on a leading axis (logical name `layers`);
@@ -183,11 +188,11 @@ def attention(q: Array, k: Array, v: Array, allowed: Array) -> Array:
 def constrain_kv(x: Array) -> Array:
   """Sharding annotation of cached keys or values.
 
-  [B, S, KVH, Dh] (one layer) or [L, B, S, KVH, Dh] (stacked): the batch
+  [B, KVH, S, Dh] (one layer) or [L, B, KVH, S, Dh] (stacked): the batch
   axis follows `ACT_BATCH` and the key/value heads `ACT_KV_HEADS`. A no-op
   unless logical axis rules and a mesh are active.
   """
-  names = (axes.ACT_BATCH, None, axes.ACT_KV_HEADS, None)
+  names = (axes.ACT_BATCH, axes.ACT_KV_HEADS, None, None)
   if x.ndim == 5:
     names = (axes.LAYERS,) + names
   return _constrain(x, *names)
@@ -196,12 +201,13 @@ def constrain_kv(x: Array) -> Array:
 def write_kv(kv_cache, k, v, cache_index, layer):
   """Writes new keys/values into a cache and returns what attention reads.
 
-  new_cache[..., s, :, :] = k[:, s - cache_index] for s in
-  [cache_index, cache_index + T), the other slots unchanged.
+  cache[b, n, s] = k[b, s - cache_index, n] for s in
+  [cache_index, cache_index + T), the other slots unchanged; then
+  keys[b, s, n] = cache[b, n, s] for all S slots (likewise for values).
 
   Args:
-    kv_cache: (cache_k, cache_v), each [B, S, KVH, Dh] for one layer
-      (`layer` None) or [L, B, S, KVH, Dh] for all layers (`layer` the int32
+    kv_cache: (cache_k, cache_v), each [B, KVH, S, Dh] for one layer
+      (`layer` None) or [L, B, KVH, S, Dh] for all layers (`layer` the int32
       index of this block; the write is in place in the stacked buffer).
     k: [B, T, KVH, Dh] new keys.
     v: [B, T, KVH, Dh] new values.
@@ -212,22 +218,23 @@ def write_kv(kv_cache, k, v, cache_index, layer):
     (keys [B, S, KVH, Dh], values [B, S, KVH, Dh], updated kv_cache).
   """
   cache_k, cache_v = kv_cache
+  k = jnp.swapaxes(k, 1, 2).astype(cache_k.dtype)  # [B, KVH, T, Dh]
+  v = jnp.swapaxes(v, 1, 2).astype(cache_v.dtype)
   if layer is None:
-    start = (0, cache_index, 0, 0)
-    cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype),
-                                           start)
-    cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype),
-                                           start)
-    cache_k, cache_v = constrain_kv(cache_k), constrain_kv(cache_v)
-    return cache_k, cache_v, (cache_k, cache_v)
-  start = (layer, 0, cache_index, 0, 0)
-  cache_k = constrain_kv(jax.lax.dynamic_update_slice(
-      cache_k, k.astype(cache_k.dtype)[None], start))
-  cache_v = constrain_kv(jax.lax.dynamic_update_slice(
-      cache_v, v.astype(cache_v.dtype)[None], start))
-  keys = jax.lax.dynamic_index_in_dim(cache_k, layer, 0, keepdims=False)
-  values = jax.lax.dynamic_index_in_dim(cache_v, layer, 0, keepdims=False)
-  return constrain_kv(keys), constrain_kv(values), (cache_k, cache_v)
+    start = (0, 0, cache_index, 0)
+    cache_k = constrain_kv(jax.lax.dynamic_update_slice(cache_k, k, start))
+    cache_v = constrain_kv(jax.lax.dynamic_update_slice(cache_v, v, start))
+    keys, values = cache_k, cache_v
+  else:
+    start = (layer, 0, 0, cache_index, 0)
+    cache_k = constrain_kv(
+        jax.lax.dynamic_update_slice(cache_k, k[None], start))
+    cache_v = constrain_kv(
+        jax.lax.dynamic_update_slice(cache_v, v[None], start))
+    keys = jax.lax.dynamic_index_in_dim(cache_k, layer, 0, keepdims=False)
+    values = jax.lax.dynamic_index_in_dim(cache_v, layer, 0, keepdims=False)
+  return (jnp.swapaxes(keys, 1, 2), jnp.swapaxes(values, 1, 2),
+          (cache_k, cache_v))
 
 
 class Attention(nn.Module):
@@ -344,7 +351,7 @@ class ScanBlock(Block):
   """A `Block` with the `nn.scan` calling convention.
 
   (carry, layer, *broadcast) -> (carry, None), carry = (x [B, T, D],
-  kv_cache None or stacked (k, v) [L, B, S, KVH, Dh]); `layer` is the
+  kv_cache None or stacked (k, v) [L, B, KVH, S, Dh]); `layer` is the
   scanned int32 block index.
   """
 
@@ -423,8 +430,8 @@ class Decoder(nn.Module):
     """Final-normed hidden states [B, T, D] and the updated cache.
 
     `allowed` [B, T, S] says which key slots each token may attend to.
-    `cache` is None or (k, v): per-layer tuples of [B, S, KVH, Dh] arrays, or
-    with `cfg.scan_layers` stacked [L, B, S, KVH, Dh] arrays.
+    `cache` is None or (k, v): per-layer tuples of [B, KVH, S, Dh] arrays, or
+    with `cfg.scan_layers` stacked [L, B, KVH, S, Dh] arrays.
     """
     cfg = self.cfg
     dtype = jnp.dtype(cfg.dtype)

@@ -180,7 +180,7 @@ class TestSameModel:
     full, _ = models.apply(CFG, params, TOKENS, attention_mask=MASK)
     cache = models.init_cache(SCAN_CFG, 2, 10)
     assert cache.stacked and len(cache.k) == CFG.num_layers
-    assert cache.k.shape == (CFG.num_layers, 2, 10, CFG.num_kv_heads,
+    assert cache.k.shape == (CFG.num_layers, 2, CFG.num_kv_heads, 10,
                              CFG.head_dim)
     first, cache = models.apply(SCAN_CFG, stacked, TOKENS[:, :4],
                                 attention_mask=MASK[:, :4], cache=cache,
@@ -204,9 +204,31 @@ class TestSameModel:
     for i in range(CFG.num_layers):
       for a, b in ((cache.k[i], flat_cache.k[i]),
                    (cache.v[i], flat_cache.v[i])):
-        np.testing.assert_allclose(np.asarray(a)[:, :7][VALID],
-                                   np.asarray(b)[:, :7][VALID], atol=1e-5)
-    assert not np.any(cache.k[:, :, 7:])
+        a, b = np.swapaxes(a, 1, 2), np.swapaxes(b, 1, 2)  # [B, S, ...]
+        np.testing.assert_allclose(a[:, :7][VALID], b[:, :7][VALID],
+                                   atol=1e-5)
+    assert not np.any(cache.k[:, :, :, 7:])
+
+  @pytest.mark.parametrize("scan_layers", [False, True])
+  def test_decode_step_reads_the_cache_in_place(self, scan_layers):
+    # Stored [B, KVH, S, Dh] and read through a [B, S, KVH, Dh] view, the
+    # cache is neither transposed nor copied by a decoding step (stored
+    # [B, S, KVH, Dh], XLA copies every layer's keys and values into the
+    # [B, KVH, ...] order of the attention matmuls at every step).
+    cfg = CFG.replace(scan_layers=scan_layers)
+    p = models.init_params(cfg, jax.random.key(0))
+    cache = models.init_cache(cfg, 2, 37)
+    step = jax.jit(lambda c, tok, i: models.apply(
+        cfg, p, tok, cache=c, cache_index=i), donate_argnums=0)
+    text = step.lower(cache, jnp.zeros((2, 1), jnp.int32),
+                      jnp.int32(5)).compile().as_text()
+    layer_size = 2 * cfg.num_kv_heads * 37 * cfg.head_dim
+    moved = []
+    pattern = r"= \w+\[([\d,]*)\]\S* (?:transpose|copy)\("
+    for dims in re.findall(pattern, text):
+      if np.prod([int(d) for d in dims.split(",") if d]) >= layer_size:
+        moved.append(dims)
+    assert not moved, moved
 
 
 # --------------------------------------------------- compiled program size --

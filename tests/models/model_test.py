@@ -286,8 +286,9 @@ class TestCache:
     full, _ = models.apply(CFG, params, TOKENS, attention_mask=MASK)
     cache = models.init_cache(CFG, 2, 10)
     assert not cache.stacked and len(cache.k) == CFG.num_layers
-    assert cache.k[0].shape == (2, 10, CFG.num_kv_heads, CFG.head_dim)
-    assert cache.v[0].shape == (2, 10, CFG.num_kv_heads, CFG.head_dim)
+    # Head-major: [B, KVH, S, Dh].
+    assert cache.k[0].shape == (2, CFG.num_kv_heads, 10, CFG.head_dim)
+    assert cache.v[0].shape == (2, CFG.num_kv_heads, 10, CFG.head_dim)
     # Prefill 4 tokens at a static index, then one token at a time with a
     # traced index (the sampler's pattern).
     first, cache = models.apply(CFG, params, TOKENS[:, :4],

@@ -455,12 +455,12 @@ class TestSegmentedDecoding:
     assert grown.max_len == 9 and grown.stacked == scan_layers
     np.testing.assert_array_equal(grown.key_mask[:, :5], cache.key_mask)
     assert not np.any(grown.key_mask[:, 5:])
-    # Layer i's keys/values are [B, S, KVH, Dh] in both layouts.
+    # Layer i's keys/values are [B, KVH, S, Dh] in both layouts.
     for i in range(cfg.num_layers):
       for old, new in ((cache.k[i], grown.k[i]), (cache.v[i], grown.v[i])):
-        assert new.shape == (2, 9, cfg.num_kv_heads, cfg.head_dim)
-        np.testing.assert_array_equal(new[:, :5], old)
-        assert np.any(old) and not np.any(new[:, 5:])
+        assert new.shape == (2, cfg.num_kv_heads, 9, cfg.head_dim)
+        np.testing.assert_array_equal(new[:, :, :5], old)
+        assert np.any(old) and not np.any(new[:, :, 5:])
     with pytest.raises(ValueError, match="cannot shrink"):
       models.grow_cache(cache, 4)
 
