@@ -168,9 +168,10 @@ def attention(q: Array, k: Array, v: Array, allowed: Array) -> Array:
   with G = H / KVH query heads per key/value head (Hugging Face `repeat_kv`
   order; K and V are not repeated). Scores and softmax are float32, the
   products take the inputs' dtype. `implementation=None` lets JAX pick the
-  kernel (its XLA path by default). A query with no allowed key (a padding
-  token) gets equal weights over all S slots, so its output and gradients
-  stay finite (they are never used).
+  kernel; as of jax 0.10 that is its XLA path on every backend (cuDNN flash
+  attention is only used when asked for by name). A query with no allowed
+  key (a padding token) gets equal weights over all S slots, so its output
+  and gradients stay finite (they are never used).
 
   Args:
     q: [B, T, H, Dh] queries.
