@@ -167,9 +167,10 @@ def attention(q: Array, k: Array, v: Array, allowed: Array) -> Array:
 
   with G = H / KVH query heads per key/value head (Hugging Face `repeat_kv`
   order; K and V are not repeated). Scores and softmax are float32, the
-  products take the inputs' dtype. `implementation=None` lets JAX pick the
-  kernel; as of jax 0.10 that is its XLA path on every backend (cuDNN flash
-  attention is only used when asked for by name). A query with no allowed
+  products take the inputs' dtype. JAX's default (`implementation=None`) is
+  its XLA path on every backend as of jax 0.10, so on a GPU with bfloat16 or
+  float16 inputs cuDNN's fused kernel is asked for by name, falling back to
+  the XLA path when cuDNN refuses the shapes or mask. A query with no allowed
   key (a padding token) gets equal weights over all S slots, so its output
   and gradients stay finite (they are never used).
 
@@ -182,7 +183,17 @@ def attention(q: Array, k: Array, v: Array, allowed: Array) -> Array:
   Returns:
     [B, T, H, Dh], the dtype of q.
   """
-  return jax.nn.dot_product_attention(q, k, v, mask=allowed[:, None],
+  mask = allowed[:, None]
+  if jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16,
+                                                   jnp.float16):
+    # JAX's default is its XLA path on every backend; ask for cuDNN's fused
+    # kernel where it applies, and fall back when it refuses the shapes.
+    try:
+      return jax.nn.dot_product_attention(q, k, v, mask=mask,
+                                          implementation="cudnn")
+    except (ValueError, NotImplementedError, TypeError, RuntimeError):
+      pass
+  return jax.nn.dot_product_attention(q, k, v, mask=mask,
                                       implementation=None)
 
 
