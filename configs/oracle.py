@@ -17,6 +17,8 @@ def get_config(arg=None):
   config.sft.init_from = arg.sft
   config.rl.method = arg.method
   config.rl.prm_source = "oracle"
+  if arg.method == "pav":
+    config.rl.advantage_estimator = "drgrpo"  # PAV's Eq. 5 (methods/pav.py).
   config.rl.pav_alpha = 1.0
   config.rl.prover_k = 1
   return config

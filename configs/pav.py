@@ -11,10 +11,15 @@ train problems and every step prefix gets `labels.num_rollouts` Monte-Carlo
 continuations from the same (base) policy: Q-hat = fraction correct. A
 score-head verifier initialised from the policy is trained on Q-hat (soft
 cross-entropy), so it predicts Q^pi of each step and V^pi of the question.
-RL uses the effective reward of PAV: every token of step k gets the group
-outcome advantage plus alpha * A^mu_k, where A^mu_k = Q^mu_k - Q^mu_{k-1}
-is the progress under a Best-of-K prover, Q^mu = 1 - (1 - Q^pi)^K.
-`alpha=0` is exactly outcome-only GRPO.
+RL uses the effective reward of PAV (Eq. 5): every token of step k gets
+r - mean(group r) plus alpha * A^mu_k, where A^mu_k = Q^mu_k - Q^mu_{k-1}
+is the progress under a Best-of-K prover, Q^mu = 1 - (1 - Q^pi)^K. Neither
+term is divided by a group std, so alpha means the paper's alpha in every
+group. `alpha=0` is exactly outcome-only Dr. GRPO.
+
+`verifier=generative` is a generative PAV: Q^pi is read from the LM head
+(the probability it gives the step's tokens, fine-tuned on the same Q-hat
+targets) and V^pi from the score head at the question's end.
 
 What to expect on 2 CPU cores (tiny model): labels about 30 s, verifier
 training about 40 s, then RL at the cost of GRPO plus one verifier forward
@@ -27,11 +32,13 @@ from rl_rewards import config_lib
 
 def get_config(arg=None):
   arg = config_lib.parse_arg(arg, size="tiny", sft="", labels="", prm="",
-                             alpha=0.5, k=4)
+                             alpha=0.5, k=4, verifier="head")
   config = config_lib.base_config()
   config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
-                             prm=arg.prm, model="head", target="soft")
+                             prm=arg.prm, model=arg.verifier, target="soft")
+  config.prm.value_weight = 1.0  # A^mu of the first step needs V^pi.
   config.rl.method = "pav"
+  config.rl.advantage_estimator = "drgrpo"  # r - group mean (Eq. 5).
   config.rl.pav_alpha = arg.alpha
   config.rl.prover_k = arg.k
   return config_lib.apply_size(config, arg.size)

@@ -7,21 +7,26 @@ The implicit PRM starts as a copy of the SFT policy; its token rewards are
 Every step it is updated with cross-entropy on the outcome labels of the
 rollout (its own optimizer state is checkpointed), then advantages are RLOO
 per source (implicit process rewards and outcome), γ = 1 returns, whitened.
-Prompts whose group accuracy is outside [0.2, 0.8] are filtered out of the
-update (their loss weight is 0), as in PRIME.
+Prompts whose group accuracy is outside [0.2, 0.8] are filtered out before
+the implicit-PRM update and the advantages (their loss weight is 0), as in
+PRIME. `rloo=paper` uses Eq. 5's leave-one-out form instead of the code's;
+`batch_norm=1` rescales the process rewards as the reference's option does.
 """
 
 from rl_rewards import config_lib
 
 
 def get_config(arg=None):
-  arg = config_lib.parse_arg(arg, size="tiny", sft="")
+  arg = config_lib.parse_arg(arg, size="tiny", sft="", rloo="code",
+                             batch_norm=False)
   config = config_lib.apply_size(config_lib.base_config(), arg.size)
   config.sft.init_from = arg.sft
   config.rl.method = "prime"
   config.rl.prime_beta = 0.05
   config.rl.prime_learning_rate = 1e-4
   config.rl.filter_accuracy = True
+  config.rl.prime_rloo_form = arg.rloo
+  config.rl.prime_batch_norm = bool(arg.batch_norm)
   return config
 
 

@@ -13,7 +13,9 @@ drops below half its previous value; configs/prm.py shows it is the best
 verifier here), `model=head,target=hard` is a score head on Math-Shepherd
 labels (1[some continuation of the prefix is correct]).
 Its step rewards 2p - 1 are turned into min-form returns by the softmin
-transform (temperature `rl.pure_temperature`, default 0.1), with the
+transform (temperature `rl.pure_temperature`, default 0.1), or by the hard
+min-form with `credit=min` (G_k = min over later steps) or `credit=min_paper`
+(the same up to the first minimum, 0 after it), with the
 token-level RLOO baseline of PURE; `vr=1` adds the verifiable outcome
 reward (PURE-PRM+VR, the paper's recommended setting), `vr=0` is
 PURE-PRM, which the paper found prone to reward hacking: watch
@@ -26,17 +28,19 @@ from rl_rewards import config_lib
 def get_config(arg=None):
   arg = config_lib.parse_arg(arg, size="tiny", sft="", labels="", prm="",
                              model="generative", target="progress",
-                             vr=1.0, temperature=0.1)
+                             vr=1.0, temperature=0.1, credit="softmin")
   config = config_lib.base_config()
   config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
                              prm=arg.prm, model=arg.model, target=arg.target)
   config.rl.method = "pure"
   config.rl.verifiable_reward_coef = arg.vr
   config.rl.pure_temperature = arg.temperature
+  config.rl.pure_credit = arg.credit
   return config_lib.apply_size(config, arg.size)
 
 
 def get_sweep():
-  """With and without the verifiable reward; softmin temperature."""
-  return [{"rl.verifiable_reward_coef": vr, "rl.pure_temperature": t}
-          for vr in (0.0, 1.0) for t in (0.1, 1.0)]
+  """With and without the verifiable reward; softmin or hard min-form."""
+  return ([{"rl.verifiable_reward_coef": vr, "rl.pure_temperature": t}
+           for vr in (0.0, 1.0) for t in (0.1, 1.0)] +
+          [{"rl.pure_credit": credit} for credit in ("min", "min_paper")])

@@ -146,17 +146,30 @@ def base_config():
       weight_decay=0.0,
       b2=0.99,
       grad_clip=1.0,
-      # Credit assignment: outcome | pav | pure | grpo_process | clip_delta |
-      # prime | ppo (see rl_rewards/runners/credit.py).
+      # Credit assignment: outcome | reinforce_pp | ppo | pav | pure |
+      # grpo_process | clip_delta | prime (one module each in
+      # rl_rewards/runners/methods/, which also checks its keys).
       method="outcome",
       advantage_estimator="grpo",   # Outcome baseline: grpo | drgrpo | rloo
       advantage_eps=1e-6,
       prm_source="model",      # Step scores from: model (trained PRM) | oracle
       log_oracle_agreement=True,  # Log PRM vs step-checker agreement.
-      # PAV (Setlur et al.): effective reward A_out + alpha * A^mu.
+      # pi_old of the PPO ratio: auto (recompute with the update's forward
+      # pass where the sampler's log-probs can differ: non-float32
+      # activations or sampler copy, temperature != 1, top_p < 1) |
+      # recompute | sampler.
+      old_logprobs="auto",
+      # REINFORCE++: none (outcome - beta * KL in the token reward) | group
+      # (REINFORCE++-baseline); beta = reward_kl_coef.
+      reinforce_baseline="none",
+      reward_kl_coef=0.0,
+      # PAV (Setlur et al.): effective reward (r - baseline) + alpha * A^mu.
       pav_alpha=0.5,
       prover_k=4,              # Best-of-K prover: Q^mu = 1 - (1 - Q)^K.
-      # PURE (Cheng et al.): min-form credit assignment.
+      # PURE (Cheng et al.): min-form credit assignment: softmin (the
+      # paper's transform) | min (hard: G_k = min_{j>=k} r_j) | min_paper
+      # (hard, 0 after the first argmin).
+      pure_credit="softmin",
       pure_temperature=0.1,    # Softmin temperature T.
       pure_baseline="token",   # token | step
       verifiable_reward_coef=1.0,  # 0: PRM only; > 0: PRM + VR.
@@ -170,6 +183,8 @@ def base_config():
       prime_learning_rate=1e-4,
       prime_process_coef=5.0,
       prime_outcome_coef=5.0,
+      prime_rloo_form="code",  # code (PRIME's runs) | paper (Eq. 5).
+      prime_batch_norm=False,  # Rescale process rewards by max |return|.
       filter_accuracy=False,   # Train only on groups with mean reward in range.
       filter_accuracy_low=0.2,
       filter_accuracy_high=0.8,
@@ -354,8 +369,10 @@ def use_trained_prm(config, *, sft: str = "", labels: str = "",
 
 _KNOWN_STAGES = ("sft", "labels", "prm", "prm_eval", "rl", "sft_continue")
 _ESTIMATORS = ("grpo", "drgrpo", "rloo")
-_METHODS = ("outcome", "pav", "pure", "grpo_process", "clip_delta", "prime",
-            "ppo")
+# The table of methods is rl_rewards/runners/methods.METHODS (a test keeps
+# the two equal); their own keys are checked there.
+_METHODS = ("outcome", "reinforce_pp", "ppo", "pav", "pure", "grpo_process",
+            "clip_delta", "prime")
 _LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
              "seq-mean-token-sum-norm")
 _KL = ("k1", "k2", "k3", "abs")
@@ -539,9 +556,9 @@ def validate(config):
            "rl.clip_delta_mode", "must be clip, delta or clip_delta.")
   _require(rl.prover_k >= 1, "rl.prover_k", "must be >= 1.")
   _require(rl.pure_temperature > 0, "rl.pure_temperature", "must be > 0.")
-  _require(rl.method not in ("prime", "pure") or rl.group_size >= 2,
-           "rl.group_size", f"{rl.method} uses leave-one-out baselines and "
-           "needs at least 2 samples per prompt.")
+  _require(rl.old_logprobs in ("auto", "recompute", "sampler"),
+           "rl.old_logprobs", "must be auto, recompute or sampler, got "
+           f"{rl.old_logprobs!r}.")
   _require(config.task.max_steps >= 1, "task.max_steps", "must be >= 1.")
   _require(rl.loss_agg_mode in _LOSS_AGG, "rl.loss_agg_mode",
            f"must be one of {_LOSS_AGG}.")
@@ -553,10 +570,6 @@ def validate(config):
                      "rl.micro_batch_size",
                      "the minibatch prompts_per_step * group_size / "
                      "minibatches")
-  _require(rl.method != "prime" or rl.micro_batch_size % rl.group_size == 0,
-           "rl.micro_batch_size",
-           f"must be a multiple of group_size ({rl.group_size}) for prime: "
-           "the implicit-PRM update ranks the samples of each prompt.")
   _check_micro_batch(rl.pass_micro_batch_size, batch,
                      "rl.pass_micro_batch_size",
                      "the rollout batch prompts_per_step * group_size")

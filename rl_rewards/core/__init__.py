@@ -49,6 +49,7 @@ from rl_rewards.core.process import merge_steps_by_label
 from rl_rewards.core.process import pav_advantages
 from rl_rewards.core.process import progress
 from rl_rewards.core.pure import mask_step_end_tokens
+from rl_rewards.core.pure import min_form_step_rewards
 from rl_rewards.core.pure import pure_advantages
 from rl_rewards.core.pure import pure_normalize
 from rl_rewards.core.pure import pure_rloo_step_rewards
@@ -102,6 +103,7 @@ __all__ = (
     "masked_whiten",
     "merge_steps_by_label",
     "min_form_returns",
+    "min_form_step_rewards",
     "num_steps_per_row",
     "outcome_token_rewards",
     "pav_advantages",

@@ -5,7 +5,10 @@ Reward Model Needs for Reasoning" (arXiv 2504.15275); semantics follow the
 reference code (OpenRLHF branch). The pipeline, each step a function here:
 
 1. `softmin_step_rewards`: r*_k = softmax_k(−r/T)·r_k, so that the plain
-   γ = 1 sum of r* approximates the minimum step reward (T → 0: exact).
+   γ = 1 sum of r* approximates the minimum step reward (T → 0: exact);
+   or the hard min-form, `min_form_step_rewards`: r*_k = G_k − G_{k+1}
+   with G the min-form returns (`returns.min_form_returns`, both forms),
+   so that the γ = 1 return of every step is exactly its min-form return.
 2. `pure_rloo_step_rewards`: subtract the leave-one-out baseline of the other
    samples of the prompt, per token ("token", default) or per step ("step",
    abandoned by the authors because it rewards emitting fewer steps).
@@ -61,6 +64,29 @@ def softmin_step_rewards(step_rewards, step_mask, temperature) -> jnp.ndarray:
   total = jnp.sum(unnormalised, axis=1, keepdims=True)
   weights = unnormalised / jnp.where(total > 0, total, 1)
   return jnp.where(mask, weights * rewards, 0)
+
+
+def min_form_step_rewards(step_rewards, step_mask, *,
+                          form: str = "running_min") -> jnp.ndarray:
+  """Step rewards whose γ = 1 returns are the min-form returns.
+
+    G = min_form_returns(r, form)  (running_min: G_k = min_{j ≥ k} r_j;
+                                    paper: the same up to the first argmin,
+                                    0 after it — PURE §3.1),
+    r*_k = G_k − G_{k+1} (G_{S} = 0),  so Σ_{j ≥ k} r*_j = G_k.
+
+  Args:
+    step_rewards: [B, S] step rewards r_k.
+    step_mask: [B, S] step mask (valid steps a prefix).
+    form: 'running_min' or 'paper' (see `returns.min_form_returns`).
+
+  Returns:
+    [B, S] rewards r*, 0 on invalid steps.
+  """
+  mask = _checks.as_mask(step_mask, "step_mask", "min_form_step_rewards")
+  returns = returns_lib.min_form_returns(step_rewards, mask, form=form)
+  following = jnp.pad(returns[:, 1:], ((0, 0), (0, 1)))
+  return jnp.where(mask, returns - following, 0)
 
 
 def pure_rloo_step_rewards(step_rewards, step_ids, response_mask,
@@ -121,7 +147,8 @@ def pure_rloo_step_rewards(step_rewards, step_ids, response_mask,
   return jnp.where(step_mask, adjusted, 0)
 
 
-def mask_step_end_tokens(token_values, step_ids) -> jnp.ndarray:
+def mask_step_end_tokens(token_values, step_ids,
+                         step_end_mask=None) -> jnp.ndarray:
   """Zeros the values on step-end tokens (delimiters and the final token).
 
   PURE gives these tokens no advantage unless `--nomask_separator_adv`.
@@ -129,13 +156,18 @@ def mask_step_end_tokens(token_values, step_ids) -> jnp.ndarray:
   Args:
     token_values: [B, T] token values (e.g. returns).
     step_ids: [B, T] int step ids.
+    step_end_mask: optional [B, T] bool step ends; default: the ends of
+      `step_ids`. Pass the ends of the unclamped steps when later steps were
+      merged into the last slot: its inner delimiters are ends too.
 
   Returns:
     [B, T] values with step ends set to 0.
   """
   values = _checks.as_float(token_values, "token_values",
                             "mask_step_end_tokens")
-  return jnp.where(segments.step_end_mask_from_ids(step_ids), 0, values)
+  if step_end_mask is None:
+    step_end_mask = segments.step_end_mask_from_ids(step_ids)
+  return jnp.where(jnp.asarray(step_end_mask, bool), 0, values)
 
 
 def pure_normalize(advantages, response_mask, *, axis_name=None):
@@ -178,7 +210,7 @@ def pure_advantages(step_rewards, step_ids, response_mask, group_size: int,
                     solved=None, verifiable_coef: float = 1.0,
                     extra_token_rewards=None, baseline: str = "token",
                     mask_step_ends: bool = True, normalize: bool = True,
-                    axis_name=None):
+                    step_end_mask=None, axis_name=None):
   """The PURE advantage pipeline (PRM, or PRM + verifiable reward).
 
     r* = softmin(r, T) (skipped when temperature is None);
@@ -198,6 +230,8 @@ def pure_advantages(step_rewards, step_ids, response_mask, group_size: int,
     baseline: 'token' (default) or 'step'.
     mask_step_ends: zero the returns on step-end tokens.
     normalize: apply `pure_normalize`.
+    step_end_mask: optional [B, T] bool step ends for `mask_step_ends`
+      (see `mask_step_end_tokens`).
     axis_name: `shard_map` axis name, or None.
 
   Returns:
@@ -221,8 +255,8 @@ def pure_advantages(step_rewards, step_ids, response_mask, group_size: int,
     token_rewards = token_rewards + extra_token_rewards
   returns = returns_lib.discounted_returns(token_rewards, response_mask,
                                            gamma=1.0)
-  advantages = mask_step_end_tokens(returns, ids) if mask_step_ends else (
-      returns)
+  advantages = (mask_step_end_tokens(returns, ids, step_end_mask)
+                if mask_step_ends else returns)
   if normalize:
     advantages = pure_normalize(advantages, response_mask,
                                 axis_name=axis_name)

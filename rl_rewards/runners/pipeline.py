@@ -21,6 +21,7 @@ from rl_rewards.models import hf as hf_lib
 from rl_rewards.runners import context as context_lib
 from rl_rewards.runners import prm_eval
 from rl_rewards.runners import prm_stages
+from rl_rewards.runners import methods
 from rl_rewards.runners import rl
 from rl_rewards.runners import sft
 from rl_rewards.runners import tasks as tasks_lib
@@ -85,6 +86,7 @@ def plan_context(config):
   data: what the memory planner compiles for. A `model.hf_path` needs only
   its config.json; without one the task's tokenizer sets the vocabulary."""
   config_lib.validate(config)
+  methods.check_config(config)
   if config.model.hf_path:
     model_config = _model_config(config, vocab_size=None)
   else:
@@ -98,6 +100,7 @@ def plan_context(config):
 def build_context(config, workdir: str) -> context_lib.RunContext:
   """Validates `config` and builds the shared run context."""
   config_lib.validate(config)
+  methods.check_config(config)
   os.makedirs(workdir, exist_ok=True)
   hf_tokenizer = _hf_tokenizer(config)
   task = tasks_lib.make_task(config.task, config.seed, tokenizer=hf_tokenizer,
@@ -177,7 +180,7 @@ def _run_stages(ctx, config, workdir, start):
         f"{dict(ctx.mesh.shape)}", flush=True)
   stage_summaries, stage_seconds = {}, {}
   params = sft_params = None
-  label_path, prm_params, scorer = None, None, None
+  label_path, prm_params, verifier = None, None, None
   if ctx.stage_order[0] != "sft" or not config.sft.init_from:
     # The policy every stage starts from (reused SFT policies are loaded by
     # the sft stage itself).
@@ -196,18 +199,20 @@ def _run_stages(ctx, config, workdir, start):
       elif stage == "prm":
         prm_params, summary = prm_stages.run_prm_train(ctx, sft_params,
                                                        label_path)
-        scorer = prm_stages.load_scorer(ctx, prm_params)
+        verifier = prm_stages.rl_verifier(ctx, prm_params, summary)
       else:
         summary = prm_eval.run_prm_eval(ctx, sft_params, prm_params)
     elif stage == "rl":
       if params is None:
         raise config_lib.ConfigError(
             "config.stages: the rl stage needs a policy; run sft first.")
-      if scorer is None and config.prm.init_from:
+      if verifier is None and config.prm.init_from:
         # A verifier trained by another run (`prm.init_from`).
-        prm_params, _ = prm_stages.load_finished_prm(ctx, config.prm.init_from)
-        scorer = prm_stages.load_scorer(ctx, prm_params)
-      params, summary = rl.run(ctx, params, ref_params=sft_params, prm=scorer)
+        prm_params, prm_summary = prm_stages.load_finished_prm(
+            ctx, config.prm.init_from)
+        verifier = prm_stages.rl_verifier(ctx, prm_params, prm_summary)
+      params, summary = rl.run(ctx, params, ref_params=sft_params,
+                               verifier=verifier)
     elif stage == "sft_continue":
       if sft_params is None:
         raise config_lib.ConfigError(

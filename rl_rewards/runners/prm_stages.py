@@ -41,6 +41,7 @@ from rl_rewards.prm import scoring
 from rl_rewards.prm import training
 from rl_rewards.runners import context as context_lib
 from rl_rewards.runners import programs
+from rl_rewards.runners.methods import base as method_base
 from rl_rewards.sharding import mesh as mesh_lib
 
 LABELS_STAGE = "labels"
@@ -290,6 +291,18 @@ def load_scorer(ctx, prm: TrainedPRM):
                          prm.reference, prm.beta)
 
 
+def rl_verifier(ctx, prm: TrainedPRM, summary: dict) -> method_base.Verifier:
+  """A trained PRM as the RL stage's methods see it: its scorer and what it
+  was trained on (`summary`: the prm stage's, which records the model, the
+  target, the prover's K and the value weight)."""
+  model = summary["prm/model"]
+  return method_base.Verifier(
+      scorer=load_scorer(ctx, prm), model=model,
+      target="outcome" if model == "implicit" else summary["prm/target"],
+      prover_k=int(summary.get("prm/prover_k", 1)),
+      value_trained=float(summary.get("prm/value_weight", 1.0)) > 0)
+
+
 def _label_set_path(ctx, label_set_path):
   if label_set_path:
     return label_set_path
@@ -495,6 +508,8 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
       ctx, prm, arrays, _rows_of(valid_groups, group_size)))
   summary.update({"prm/steps": step, "prm/seconds": seconds,
                   "prm/model": kind, "prm/target": cfg.target,
+                  "prm/prover_k": prover_k if cfg.target == "prover" else 1,
+                  "prm/value_weight": cfg.value_weight,
                   "prm/beta": cfg.implicit_beta,
                   "prm/train_solutions": len(train_groups) * group_size,
                   "prm/skipped_updates": int(state["prm"].skipped)})

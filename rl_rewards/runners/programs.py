@@ -24,7 +24,6 @@ from rl_rewards.prm import scoring
 from rl_rewards.prm import training
 from rl_rewards.rollout import sampler
 from rl_rewards.runners import context as context_lib
-from rl_rewards.runners import credit
 from rl_rewards.sharding import axes
 from rl_rewards.sharding import mesh as mesh_lib
 from rl_rewards.train import optim
@@ -71,6 +70,12 @@ def sft_step_fn(config, model_config, tx):
       chunk_size=config.model.logits_chunk)
 
 
+def update_temperature(rl_config) -> float:
+  """τ of the policy update and of π_old: the rollout's sampling temperature
+  (logits / τ is the distribution that was sampled); 1 for greedy rollouts."""
+  return float(rl_config.temperature) if rl_config.temperature > 0 else 1.0
+
+
 def policy_step_fn(config, model_config, tx):
   """The PPO-clip policy update of `config.rl`."""
   cfg = config.rl
@@ -80,7 +85,8 @@ def policy_step_fn(config, model_config, tx):
       kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator,
       loss_scale=float(config.task.max_new_tokens),
       micro_batch_size=cfg.micro_batch_size,
-      chunk_size=config.model.logits_chunk)
+      chunk_size=config.model.logits_chunk,
+      temperature=update_temperature(cfg))
 
 
 def value_step_fn(config, model_config, tx):
@@ -115,13 +121,13 @@ def prm_step_fn(config, model_config, tx, *, kind, group_size):
       chunk_size=config.model.logits_chunk)
 
 
-def logprob_pass(config, model_config, section="rl"):
-  """`(params, tokens, attention_mask) -> [B, T]` log-probs, jitted, over
-  micro-batches of `config.<section>`'s pass size."""
+def logprob_pass(config, model_config, section="rl", temperature=1.0):
+  """`(params, tokens, attention_mask) -> [B, T]` log-probs (of logits / τ),
+  jitted, over micro-batches of `config.<section>`'s pass size."""
   return jax.jit(steps.make_logprob_fn(
       model_config,
       micro_batch_size=config_lib.pass_micro_batch_size(config[section]),
-      chunk_size=config.model.logits_chunk))
+      chunk_size=config.model.logits_chunk, temperature=temperature))
 
 
 def values_pass(config, model_config):
@@ -369,12 +375,15 @@ def pipeline_programs(config, model_config, mesh) -> list[ProgramBuilder]:
         lambda rows: _sampler_program(
             "rl/rollout", model_config, sampled, mesh, rows // cfg.group_size,
             task.max_prompt_len, task.max_new_tokens, cfg.group_size)))
-    if cfg.kl_coef > 0 or cfg.method == "prime":
+    # Methods build programs, so they are imported here, not at the top.
+    from rl_rewards.runners import methods as methods_lib  # pylint: disable=g-import-not-at-top
+    method = methods_lib.make(config)
+    if cfg.kl_coef > 0 or method.reads_reference:
       builders.append(_pass("rl/reference_logprobs", rollout_rows, ways,
                             length, logprob_pass(config, model_config),
                             (policy,), mesh))
       consumed["rl/reference_logprobs"] = live["reference"]
-    if cfg.method in credit.PRM_METHODS and cfg.prm_source == "model":
+    if method.reads_step_scores and cfg.prm_source == "model":
       kind = config.prm.model
       heads = {"head": ("score",), "generative": ("lm", "score"),
                "implicit": ("lm",)}[kind]

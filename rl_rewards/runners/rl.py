@@ -1,16 +1,20 @@
-"""The RL stage: rollouts → rewards → credit assignment → PPO-clip updates.
+"""The RL stage: rollout → signals → advantages → updates → log.
 
 One RL step:
   1. rollout: `prompts_per_step` fresh train problems, `group_size` samples
-     each (the n samples of a prompt are contiguous rows);
-  2. reward: decode, score with the task's verifier (outcome reward) and its
-     step checker (ground-truth step labels: logged, and used by the oracle);
-  3. process signal, per method: PRM step scores (learned PRM/PAV or the
-     oracle), the online implicit PRM (PRIME, updated here on outcome labels)
-     or the value model (PPO);
-  4. credit assignment: `credit.ADVANTAGE_FNS[config.rl.method]`;
-  5. update: `epochs` passes of `minibatches` PPO-clip steps (and the value
-     model's regression for PPO).
+     each (the n samples of a prompt are contiguous rows); decode, score
+     with the task's verifier (outcome reward) and its step checker
+     (ground-truth step labels: the oracle, and the diagnostics); the
+     accuracy filter's row weights multiply the response mask from here on;
+  2. signals: π_old (`rl.old_logprobs`), the reference log-probs, the
+     verifier's (or the oracle's) step scores, then the method's own signal
+     (`methods.METHODS[config.rl.method]`, e.g. PRIME's implicit PRM, which
+     learns here, or PPO's values);
+  3. advantages: the method's pure advantage function, jitted once;
+  4. updates: `epochs` passes of `minibatches` PPO-clip policy steps, each
+     followed by the method's extra update (PPO's critic);
+  5. log: rollout statistics, the averaged update metrics of every
+     minibatch, and where the signal is (`advantage_diagnostics`).
 
 Everything random is keyed by (seed, step) and the prompts of step s are a
 pure function of s, so a resumed run reproduces an uninterrupted one exactly.
@@ -29,14 +33,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl_rewards import config_lib
+from rl_rewards import core
 from rl_rewards import metrics as metrics_lib
-from rl_rewards import models
 from rl_rewards.rollout import sampler
 from rl_rewards.runners import context as context_lib
-from rl_rewards.runners import credit
 from rl_rewards.runners import evaluation
+from rl_rewards.runners import methods as methods_lib
 from rl_rewards.runners import programs
 from rl_rewards.runners import tasks as tasks_lib
+from rl_rewards.runners.methods import base as method_base
 from rl_rewards.sharding import mesh as mesh_lib
 
 STAGE = "rl"
@@ -142,6 +147,9 @@ def rollout_metrics(scored, lengths, group_size: int,
   out = {
       "train/reward_mean": total["reward"] / rows,
       "train/mixed_groups": total["mixed"] / max(total["groups"], 1),
+      # Groups whose samples all got the same outcome: no outcome signal.
+      "train/zero_outcome_signal_groups": (
+          1.0 - total["mixed"] / max(total["groups"], 1)),
       "train/response_length": total["length"] / rows,
       "train/steps_per_response": total["steps"] / rows,
       "train/tokens_per_step": total["tokens_per_step"] / rows,
@@ -155,28 +163,33 @@ def rollout_metrics(scored, lengths, group_size: int,
 
 
 def prm_agreement_metrics(step_scores, step_ids, oracle_labels, rewards):
-  """How a PRM's step scores agree with the verifier and the step checker.
+  """How a verifier's step scores agree with the outcome and the step checker.
 
   `prm/verifier_agreement`: the response-level verdict "min step score ≥ ½"
   equals the outcome reward; `prm/step_label_agreement`: per-step verdicts
-  equal the ground-truth labels; `prm/min_step_position`: where in the
-  response (0 = first step, 1 = last) the lowest score sits. Host arrays of
-  this process's rows ([R, S] scores, [R, T] step ids, [R, S] labels, [R]
-  rewards); the means are over all processes' rows (`mesh.process_sums`).
+  equal the ground-truth labels; `prm/first_error_agreement`: the first step
+  scored below ½ is the first wrong step (both "none" counts as agreeing);
+  `prm/min_step_position`: where in the response (0 = first step, 1 = last)
+  the lowest score sits. Host arrays of this process's rows ([R, S] scores,
+  [R, T] step ids, [R, S] labels, [R] rewards); the means are over all
+  processes' rows (`mesh.process_sums`).
   """
   ids = np.asarray(step_ids)
   num_steps = np.maximum(ids.max(axis=1) + 1, 1)
   scores = np.asarray(step_scores, np.float64)
+  labels = np.asarray(oracle_labels) >= 0.5
   valid = np.arange(scores.shape[1])[None, :] < num_steps[:, None]
   masked = np.where(valid, scores, np.inf)
   min_score = masked.min(axis=1)
   argmin = masked.argmin(axis=1)
   predicted_ok = min_score >= 0.5
-  step_agree = ((scores >= 0.5) == (np.asarray(oracle_labels) >= 0.5))[valid]
+  step_agree = ((scores >= 0.5) == labels)[valid]
   total = mesh_lib.process_sums({
       "rows": ids.shape[0], "steps": step_agree.size,
       "verifier": np.sum(predicted_ok == (np.asarray(rewards) > 0)),
       "step_label": step_agree.sum(),
+      "first_error": np.sum(_first_false(masked >= 0.5, valid) ==
+                            _first_false(labels, valid)),
       "position": np.sum(argmin / np.maximum(num_steps - 1, 1)),
       "last": np.sum(argmin == num_steps - 1),
       "score": scores[valid].sum()})
@@ -184,13 +197,84 @@ def prm_agreement_metrics(step_scores, step_ids, oracle_labels, rewards):
   return {
       "prm/verifier_agreement": total["verifier"] / rows,
       "prm/step_label_agreement": total["step_label"] / steps,
+      "prm/first_error_agreement": total["first_error"] / rows,
       "prm/min_step_position": total["position"] / rows,
       "prm/min_at_last_step": total["last"] / rows,
       "prm/mean_step_score": total["score"] / steps,
   }
 
 
-def run(ctx, params, ref_params=None, prm=None):
+def _first_false(ok, valid):
+  """[R] index of the first valid False of `ok` [R, S], −1 when none."""
+  bad = valid & ~ok
+  return np.where(bad.any(axis=1), bad.argmax(axis=1), -1)
+
+
+def advantage_diagnostics(advantages, parts: dict, response_mask) -> dict:
+  """Where the learning signal is: jittable, over the valid tokens.
+
+  `train/nonzero_advantage_fraction`: tokens with |A| > 1e-8;
+  `train/advantage_var`: Var(A); `train/advantage_var_<part>`: the variance
+  of each part of the method's split (`outcome`, `process`).
+  """
+  mask = response_mask > 0
+  count = jnp.maximum(jnp.sum(mask), 1)
+  out = {"train/nonzero_advantage_fraction":
+             jnp.sum(mask & (jnp.abs(advantages) > 1e-8)) / count,
+         "train/advantage_var": core.masked_var(advantages, mask,
+                                                unbiased=False)}
+  for name, part in parts.items():
+    out[f"train/advantage_var_{name}"] = core.masked_var(part, mask,
+                                                         unbiased=False)
+  return out
+
+
+def mean_update_metrics(records: list) -> dict:
+  """Update metrics of every minibatch: the mean of each, `skipped` summed."""
+  keys = records[0].keys()
+  return {k: (float(np.sum([r[k] for r in records])) if k.endswith("skipped")
+              else float(np.mean([r[k] for r in records]))) for k in keys}
+
+
+def recompute_old_logprobs(config) -> bool:
+  """Whether π_old is recomputed with the update's forward pass.
+
+  `rl.old_logprobs`: "sampler" keeps the sampler's log-probs, "recompute"
+  always recomputes, "auto" recomputes exactly where the two can differ:
+  activations or the sampler's weight copy not float32 (bfloat16 moves a
+  log-prob by up to ~0.03), or a temperature ≠ 1 / top-p < 1 (the sampler
+  reports the untempered log-prob; the update and the recomputation use
+  logits / T, the distribution that was sampled). In float32 at T = 1 the
+  sampler's log-probs equal the forward pass's (tests/runners/rl_test.py).
+  """
+  cfg = config.rl
+  if cfg.old_logprobs != "auto":
+    return cfg.old_logprobs == "recompute"
+  return (config.model.dtype != "float32" or
+          cfg.sampler_dtype not in ("", "float32") or
+          cfg.temperature not in (0.0, 1.0) or cfg.top_p < 1.0)
+
+
+def step_score_arrays(ctx, verifier, batch, oracle, put_rows):
+  """The verifier's (or oracle's) step signal of a rollout batch.
+
+  Returns `step_scores` [B, S] (P(step correct)), `q_values` [B, S] (Q^π of
+  each prefix) and `v_init` [B] (V^π of the question) as device arrays. A
+  learned verifier's scores are its Q^π; the oracle gives 0/1 step labels,
+  a perfect prover's Q (1 until the first wrong step) and V = 1.
+  """
+  if verifier is None:
+    return {"step_scores": put_rows(oracle["labels"]),
+            "q_values": put_rows(oracle["q_values"]),
+            "v_init": put_rows(oracle["v_init"])}
+  scores = verifier.scorer.score_rollout(batch["tokens"],
+                                         batch["attention_mask"],
+                                         batch["step_ids"])
+  return {"step_scores": scores["step_scores"],
+          "q_values": scores["step_scores"], "v_init": scores["v_init"]}
+
+
+def run(ctx, params, ref_params=None, verifier=None):
   """Runs (or resumes, or reuses) the RL stage from policy `params`.
 
   Args:
@@ -198,9 +282,9 @@ def run(ctx, params, ref_params=None, prm=None):
     params: the initial policy (the SFT result).
     ref_params: the reference policy for the KL penalty and PRIME's implicit
       PRM (default `params`).
-    prm: for process-reward methods with `prm_source="model"`, a
-      `prm.scoring.Scorer`-like object with `score_rollout(tokens,
-      attention_mask, step_ids) -> dict(step_scores [B, S], v_init [B])`.
+    verifier: a `methods.base.Verifier` (trained verifier and what it was
+      trained on) for methods that read step scores with
+      `prm_source="model"`.
 
   Returns:
     (final policy params, stage summary dict).
@@ -217,31 +301,26 @@ def run(ctx, params, ref_params=None, prm=None):
                     ("pass_micro_batch_size", pass_rows)):
     if rows:  # Micro-batches keep rows on every device (train.microbatch).
       mesh_lib.check_batch_divides(rows, ctx.mesh, f"config.rl.{key}")
-  method = cfg.method
-  uses_prm = method in credit.PRM_METHODS
-  if uses_prm and cfg.prm_source == "model" and prm is None:
-    raise ValueError(
-        f"config.rl.method={method!r} with prm_source='model' needs a trained "
-        "PRM: add the 'labels' and 'prm' stages, or set config.prm.init_from, "
-        "or use config.rl.prm_source='oracle'.")
+  method = methods_lib.make(ctx.config)
+  from_verifier = method.reads_step_scores and cfg.prm_source == "model"
+  if from_verifier and verifier is None:
+    raise config_lib.ConfigError(
+        f"config.rl.method={cfg.method!r} with prm_source='model' needs a "
+        "trained verifier: add the 'labels' and 'prm' stages, or set "
+        "config.prm.init_from, or use config.rl.prm_source='oracle'.")
+  verifier = verifier if from_verifier else None
+  method.check(verifier)
   ref_params = params if ref_params is None else ref_params
+  needs_reference = method.reads_reference or cfg.kl_coef > 0
 
   # ---------------------------------------------------------------- state ---
   tx = programs.rl_optimizer(cfg, cfg.learning_rate)
-  policy, policy_sh = context_lib.create_state(ctx.model_config, ctx.mesh,
-                                               params, tx)
-  state, shardings = {"policy": policy}, {"policy": policy_sh}
-  if method == "ppo":
-    value_tx = programs.rl_optimizer(cfg, cfg.value_learning_rate)
-    value_params = models.init_from_backbone(
-        ctx.model_config, jax.device_get(params), ctx.rng("value_init"),
-        heads=("score",))
-    state["value"], shardings["value"] = context_lib.create_state(
-        ctx.model_config, ctx.mesh, value_params, value_tx, heads=("score",))
-  if method == "prime":
-    prm_tx = programs.rl_optimizer(cfg, cfg.prime_learning_rate)
-    state["implicit_prm"], shardings["implicit_prm"] = (
-        context_lib.create_state(ctx.model_config, ctx.mesh, params, prm_tx))
+  state, shardings = {}, {}
+  state["policy"], shardings["policy"] = context_lib.create_state(
+      ctx.model_config, ctx.mesh, params, tx)
+  for name, extra in method.models(ctx, params).items():
+    state[name], shardings[name] = context_lib.create_state(
+        ctx.model_config, ctx.mesh, extra.params, extra.tx, heads=extra.heads)
 
   ckpt = ctx.checkpointer(STAGE)
   meta = {"seconds": 0.0, "initial_eval": None}
@@ -256,37 +335,31 @@ def run(ctx, params, ref_params=None, prm=None):
     ctx.writer.drop_after(ctx.stage_order, STAGE, step)
     print(f"[rl] resuming from step {step}")
 
-  # ------------------------------------------------------------ functions ---
+  # ------------------------------------------------------------ programs ---
   batch_sharding = mesh_lib.batch_sharding(ctx.mesh)
 
   def put_rows(local):
     """This process's rollout rows (host) -> a global [B, ...] array."""
     return mesh_lib.put_local_batch(local, ctx.mesh, rollout_batch)
 
-  def jit_update(fn, name):
-    return programs.jit_update(fn, shardings[name], ctx.mesh)
-
   # Updates accumulate gradients over micro-batches of `micro_batch_size`
-  # rows; the passes over the rollout (reference and implicit-PRM log-probs,
-  # values) run `pass_micro_batch_size` rows at a time inside one jitted
-  # function.
-  policy_step = jit_update(
-      programs.policy_step_fn(ctx.config, ctx.model_config, tx), "policy")
-  if method == "ppo":
-    value_step = jit_update(
-        programs.value_step_fn(ctx.config, ctx.model_config, value_tx),
-        "value")
-    values_fn = programs.values_pass(ctx.config, ctx.model_config)
-  if method == "prime":
-    prm_step = jit_update(
-        programs.implicit_prm_step_fn(ctx.config, ctx.model_config, prm_tx),
-        "implicit_prm")
-  logprob_fn = programs.logprob_pass(ctx.config, ctx.model_config)
+  # rows; the passes over the rollout (reference and π_old log-probs, the
+  # method's own) run `pass_micro_batch_size` rows at a time.
+  policy_step = programs.jit_update(
+      programs.policy_step_fn(ctx.config, ctx.model_config, tx),
+      shardings["policy"], ctx.mesh)
+  method.build(ctx, shardings)
+  reference_fn = programs.logprob_pass(ctx.config, ctx.model_config)
+  old_logprob_fn = (programs.logprob_pass(
+      ctx.config, ctx.model_config,
+      temperature=programs.update_temperature(cfg))
+                    if recompute_old_logprobs(ctx.config) else None)
   sampler_weights = programs.sampler_weights(ctx.config, ctx.model_config,
                                              ctx.mesh)
-  advantage_fn = credit.make_advantage_fn(cfg)
-  returns_fn = jax.jit(lambda b: credit.ppo_returns(cfg, b))
-  clamp = jax.jit(lambda ids: credit.clamp_step_ids(ids, num_steps))
+  advantage_fn = jax.jit(method.advantages)
+  diagnostics_fn = jax.jit(advantage_diagnostics)
+  clamp = jax.jit(lambda ids: method_base.clamp_step_ids(ids, num_steps))
+  step_ends = jax.jit(core.step_end_mask_from_ids)
 
   step = int(state["policy"].step)
   if meta["initial_eval"] is None:
@@ -295,20 +368,19 @@ def run(ctx, params, ref_params=None, prm=None):
     ctx.writer.write(STAGE, 0, meta["initial_eval"])
   seconds = float(meta["seconds"])
   last_eval = dict(meta["initial_eval"])
+  update_keys = ("tokens", "attention_mask", "response_mask", "old_logprobs",
+                 "advantages") + (("ref_logprobs",) if cfg.kl_coef > 0
+                                  else ()) + tuple(method.update_keys)
 
   # ----------------------------------------------------------------- loop ---
   while step < cfg.steps and not (cfg.max_seconds and
                                   seconds >= cfg.max_seconds):
+    # Rollout.
     t0 = time.time()
     out, scored, info = rollout(ctx, sampler_weights(state["policy"].params),
                                 step)
     t1 = time.time()
     record = {}
-    step_ids = clamp(out.step_ids)
-    batch = {"tokens": out.tokens, "attention_mask": out.attention_mask,
-             "response_mask": out.response_mask, "step_ids": step_ids,
-             "old_logprobs": out.logprobs,
-             "rewards": put_rows(scored.rewards)}
     weights = np.ones((len(scored.rewards),), np.float32)
     if cfg.filter_accuracy:
       weights = accuracy_filter(scored.rewards, cfg.group_size,
@@ -317,80 +389,60 @@ def run(ctx, params, ref_params=None, prm=None):
       kept = mesh_lib.process_sums({"kept": weights.sum(),
                                     "rows": weights.size})
       record["train/kept_fraction"] = kept["kept"] / kept["rows"]
-    weights = put_rows(weights)
+    batch = {"tokens": out.tokens, "attention_mask": out.attention_mask,
+             "response_mask": out.response_mask * put_rows(weights)[:, None],
+             "step_ids": clamp(out.step_ids),
+             "step_end_mask": step_ends(out.step_ids),
+             "old_logprobs": out.logprobs,
+             "rewards": put_rows(scored.rewards)}
 
-    # Process signal.
-    if ctx.task.has_step_labels and (uses_prm or cfg.log_oracle_agreement):
-      oracle = credit.oracle_step_arrays(scored.step_labels, num_steps)
-    if uses_prm:
-      if cfg.prm_source == "oracle":
-        scores = {k: put_rows(oracle[k])
-                  for k in ("q_steps", "v_init")}
-        scores["step_scores"] = put_rows(oracle["labels"])
-      else:
-        scores = prm.score_rollout(out.tokens, out.attention_mask, step_ids)
-        scores["q_steps"] = scores["step_scores"]
-        if ctx.task.has_step_labels:
-          record.update(prm_agreement_metrics(
-              *mesh_lib.local_rows((scores["step_scores"], step_ids),
-                                   ctx.mesh),
-              oracle["labels"], scored.rewards))
-      batch.update({k: jnp.asarray(v) for k, v in scores.items()})
-    if method == "prime" or cfg.kl_coef > 0:
-      batch["ref_logprobs"] = logprob_fn(ref_params, out.tokens,
-                                         out.attention_mask)
-    if method == "prime":
-      implicit_logp = logprob_fn(state["implicit_prm"].params, out.tokens,
-                                 out.attention_mask)
-      batch["implicit_rewards"] = cfg.prime_beta * (
-          implicit_logp - batch["ref_logprobs"]) * out.response_mask
-      record["prm/implicit_reward_abs_mean"] = float(
-          jnp.sum(jnp.abs(batch["implicit_rewards"])) /
-          jnp.maximum(jnp.sum(out.response_mask), 1))
-      prm_batch = {"tokens": out.tokens, "attention_mask": out.attention_mask,
-                   "response_mask": out.response_mask * weights[:, None],
-                   "ref_logprobs": batch["ref_logprobs"],
-                   "labels": batch["rewards"]}
-      state["implicit_prm"], prm_metrics = prm_step(
-          state["implicit_prm"], jax.device_put(prm_batch, batch_sharding))
-      record.update({f"train/{k}": v for k, v in
-                     context_lib.host_scalars(prm_metrics).items()})
-    if method == "ppo":
-      batch["values"] = values_fn(state["value"].params, out.tokens,
-                                  out.attention_mask)
+    # Signals.
+    if needs_reference:
+      batch["ref_logprobs"] = reference_fn(ref_params, out.tokens,
+                                           out.attention_mask)
+    if old_logprob_fn is not None:
+      batch["old_logprobs"] = old_logprob_fn(state["policy"].params,
+                                             out.tokens, out.attention_mask)
+    oracle = None
+    if ctx.task.has_step_labels and (
+        (method.reads_step_scores and verifier is None) or
+        (verifier is not None and cfg.log_oracle_agreement)):
+      oracle = method_base.oracle_step_arrays(scored.step_labels, num_steps)
+    if method.reads_step_scores:
+      batch.update(step_score_arrays(ctx, verifier, batch, oracle, put_rows))
+      if verifier is not None and oracle is not None:
+        record.update(prm_agreement_metrics(
+            *mesh_lib.local_rows((batch["step_scores"], batch["step_ids"]),
+                                 ctx.mesh),
+            oracle["labels"], scored.rewards))
+    state, extra, method_record = method.signals(ctx, state, batch)
+    batch.update(extra)
+    record.update(method_record)
     t2 = time.time()
-    batch["advantages"] = advantage_fn(batch)
-    batch["response_mask"] = batch["response_mask"] * weights[:, None]
-    if method == "ppo":
-      batch["old_values"] = batch["values"]
-      batch["returns"] = returns_fn(batch)
+
+    # Advantages.
+    batch["advantages"], parts = advantage_fn(batch)
+    record.update(context_lib.host_scalars(diagnostics_fn(
+        batch["advantages"], parts, batch["response_mask"])))
     t3 = time.time()
 
     # Updates.
     size = rollout_batch // cfg.minibatches
-    update_keys = ("tokens", "attention_mask", "response_mask",
-                   "old_logprobs", "advantages") + (
-                       ("ref_logprobs",) if cfg.kl_coef > 0 else ())
+    update_records = []
     for _ in range(cfg.epochs):
       for m in range(cfg.minibatches):
         rows = slice(m * size, (m + 1) * size)
-        minibatch = jax.device_put(
-            {k: batch[k][rows] for k in update_keys}, batch_sharding)
-        state["policy"], update_metrics = policy_step(state["policy"],
-                                                      minibatch)
-        if method == "ppo":
-          value_batch = jax.device_put(
-              {k: batch[k][rows] for k in ("tokens", "attention_mask",
-                                           "response_mask", "old_values",
-                                           "returns")}, batch_sharding)
-          state["value"], value_metrics = value_step(state["value"],
-                                                     value_batch)
+        minibatch = jax.device_put({k: batch[k][rows] for k in update_keys},
+                                   batch_sharding)
+        state["policy"], metrics = policy_step(state["policy"], minibatch)
+        state, extra_metrics = method.update(state, minibatch)
+        update_records.append(context_lib.host_scalars(
+            {**metrics, **extra_metrics}))
     record.update({f"train/{k}": v for k, v in
-                   context_lib.host_scalars(update_metrics).items()})
-    if method == "ppo":
-      record.update({f"train/{k}": v for k, v in
-                     context_lib.host_scalars(value_metrics).items()})
+                   mean_update_metrics(update_records).items()})
     t4 = time.time()
+
+    # Log.
     step += 1
     seconds += t4 - t0
     record.update(rollout_metrics(scored, info["lengths"], cfg.group_size,

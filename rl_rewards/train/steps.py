@@ -145,10 +145,11 @@ def make_policy_step(model_config: models.ModelConfig,
                      clip_low: float, clip_high: float, clip_c: float,
                      loss_agg_mode: str, kl_coef: float, kl_estimator: str,
                      loss_scale: float = 1.0, micro_batch_size: int = 0,
-                     chunk_size: int = CHUNK):
+                     chunk_size: int = CHUNK, temperature: float = 1.0):
   """One PPO-clip policy update on a rollout (mini)batch.
 
-  Per token (ρ = π_θ/π_old, A the advantage):
+  Per token (ρ = π_θ/π_old, A the advantage, π_θ of logits / `temperature`,
+  the distribution the rollout sampled; π_old must be of the same τ):
     ℓ_t = max(−A ρ, −A clip(ρ, 1 − ε_low, 1 + ε_high)), dual-clipped at
     −A·c for A < 0 when c > 0; plus kl_coef·KL(π_θ ‖ π_ref)_t when
     kl_coef > 0. Token losses are aggregated over `response_mask` with
@@ -173,6 +174,7 @@ def make_policy_step(model_config: models.ModelConfig,
     mask = batch["response_mask"].astype(jnp.float32)
     logp = models.token_logprobs(model_config, params, batch["tokens"],
                                  batch["attention_mask"],
+                                 temperature=temperature,
                                  chunk_size=chunk_size)
     agg = functools.partial(loss_parts.aggregate_part, mask=mask, norms=norms,
                             mode=loss_agg_mode, scale=loss_scale)
@@ -204,8 +206,10 @@ def make_policy_step(model_config: models.ModelConfig,
 
 
 def make_logprob_fn(model_config: models.ModelConfig, *,
-                    micro_batch_size: int = 0, chunk_size: int = CHUNK):
-  """`(params, tokens, attention_mask) -> [B, T]` token log-probs.
+                    micro_batch_size: int = 0, chunk_size: int = CHUNK,
+                    temperature: float = 1.0):
+  """`(params, tokens, attention_mask) -> [B, T]` token log-probs (of
+  logits / `temperature`).
 
   The pass runs `micro_batch_size` rows at a time (0: all rows at once) in
   one `jax.lax.map` (`microbatch.map_rows`; a batch that is not a multiple
@@ -217,6 +221,7 @@ def make_logprob_fn(model_config: models.ModelConfig, *,
     return microbatch.map_rows(
         lambda b: models.token_logprobs(model_config, params, b["tokens"],
                                         b["attention_mask"],
+                                        temperature=temperature,
                                         chunk_size=chunk_size),
         {"tokens": tokens, "attention_mask": attention_mask},
         micro_batch_size)

@@ -1,5 +1,6 @@
 """Every RL method config runs at `test` size; method-specific invariants."""
 
+import dataclasses
 import os
 
 import jax.numpy as jnp
@@ -9,12 +10,21 @@ import pytest
 from rl_rewards import cli
 from rl_rewards import config_lib
 from rl_rewards import metrics as metrics_lib
-from rl_rewards.runners import credit
+from rl_rewards.runners import methods
 from rl_rewards.runners import pipeline
+from rl_rewards.runners import rl
+from rl_rewards.runners import tasks as tasks_lib
+from rl_rewards.runners.methods import base
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-CONFIGS = ("grpo", "drgrpo", "rloo", "ppo", "prime", "oracle", "pav", "pure",
-           "clip_delta")
+# (config file, its argument): every method and its variants.
+CONFIGS = (("grpo", ""), ("drgrpo", ""), ("rloo", ""), ("ppo", ""),
+           ("prime", ""), ("prime", "rloo=paper,batch_norm=1"),
+           ("oracle", ""), ("oracle", "method=pure"), ("pav", ""),
+           ("pav", "verifier=generative"), ("pure", ""),
+           ("pure", "credit=min"), ("pure", "credit=min_paper"),
+           ("clip_delta", ""), ("reinforce_pp", ""),
+           ("reinforce_pp", "baseline=group"))
 
 
 def _config(name, sft_dir, arg="", **overrides):
@@ -37,9 +47,32 @@ def sft_dir(tmp_path_factory):
   return workdir
 
 
-@pytest.mark.parametrize("name", CONFIGS)
-def test_config_runs_two_rl_steps(name, sft_dir, tmp_path):
-  summary = pipeline.run(_config(name, sft_dir), str(tmp_path))
+@pytest.fixture
+def mixed_outcomes(monkeypatch):
+  """Every other rollout row is scored correct (every group is mixed).
+
+  The `test`-size policy solves nothing, so every outcome advantage would be
+  0; with mixed groups every method's advantage path carries a signal. The
+  ground-truth step labels are left as they are.
+  """
+  original = tasks_lib.ArithTask.score
+
+  def score(self, problems, texts, finished):
+    scored = original(self, problems, texts, finished)
+    rewards = np.asarray(scored.rewards).copy()
+    rewards[::2] = 1.0
+    return dataclasses.replace(scored, rewards=rewards.astype(np.float32))
+
+  monkeypatch.setattr(tasks_lib.ArithTask, "score", score)
+
+
+@pytest.mark.parametrize("name,arg", CONFIGS)
+def test_config_runs_two_rl_steps(name, arg, sft_dir, tmp_path,
+                                  mixed_outcomes):
+  del mixed_outcomes
+  config = _config(name, sft_dir, arg)
+  config.rl.filter_accuracy = False  # Keep every mixed group.
+  summary = pipeline.run(config, str(tmp_path))
   assert summary["stages"]["rl"]["rl/steps"] == 2
   records = [r for r in metrics_lib.read_metrics(str(tmp_path))
              if r["stage"] == "rl" and "train/loss" in r]
@@ -48,8 +81,15 @@ def test_config_runs_two_rl_steps(name, sft_dir, tmp_path):
     assert np.isfinite(r["train/loss"])
     for key in ("train/steps_per_response", "train/tokens_per_step",
                 "train/empty_step_fraction", "time/rollout_s",
-                "time/update_s", "time/prm_s", "perf/tokens_per_sec"):
+                "time/update_s", "time/prm_s", "perf/tokens_per_sec",
+                "train/zero_outcome_signal_groups",
+                "train/advantage_var"):
       assert key in r, key
+    assert r["train/nonzero_advantage_fraction"] > 0.5, r
+    assert r["train/reward_mean"] > 0.3
+  if config.rl.method in ("pav", "pure", "clip_delta") and (
+      config.rl.prm_source == "model"):
+    assert "prm/first_error_agreement" in records[0]
 
 
 def test_prime_implicit_rewards_are_zero_at_initialisation(sft_dir, tmp_path):
@@ -104,57 +144,187 @@ def _random_batch(rng, batch=8, length=12, num_steps=4):
       step_ids[b, 3 + t] = min(k, num_steps - 1)
       if t in ends:
         k += 1
+  scores = rng.random((batch, num_steps), np.float32)
   return {
       "response_mask": jnp.asarray(response),
       "step_ids": jnp.asarray(step_ids),
+      "step_end_mask": core_ends(step_ids),
       "rewards": jnp.asarray(rng.integers(0, 2, batch).astype(np.float32)),
-      "q_steps": jnp.asarray(rng.random((batch, num_steps), np.float32)),
+      "q_values": jnp.asarray(scores),
+      "step_scores": jnp.asarray(scores),
       "v_init": jnp.asarray(rng.random(batch).astype(np.float32)),
-      "step_scores": jnp.asarray(rng.random((batch, num_steps), np.float32)),
   }
 
 
-def _rl_config(**values):
-  rl = config_lib.base_config().rl
-  rl.group_size = 4
+def core_ends(step_ids):
+  return rl.core.step_end_mask_from_ids(jnp.asarray(step_ids))
+
+
+def _method(name, **values):
+  config = config_lib.base_config()
+  config.rl.method = name
+  config.rl.group_size = 4
   for key, value in values.items():
-    rl[key] = value
-  return rl
+    config.rl[key] = value
+  return methods.make(config)
+
+
+def test_methods_table_is_the_configs_list():
+  assert sorted(methods.METHODS) == sorted(config_lib._METHODS)  # pylint: disable=protected-access
 
 
 def test_pav_with_zero_alpha_is_the_outcome_baseline():
   batch = _random_batch(np.random.default_rng(0))
-  outcome = credit.outcome_advantages(_rl_config(), batch)
-  pav = credit.pav_advantages(_rl_config(pav_alpha=0.0), batch)
+  outcome, _ = _method("outcome", advantage_estimator="drgrpo").advantages(
+      batch)
+  pav, parts = _method("pav", pav_alpha=0.0,
+                       advantage_estimator="drgrpo").advantages(batch)
   np.testing.assert_array_equal(np.asarray(pav), np.asarray(outcome))
+  np.testing.assert_array_equal(np.asarray(parts["process"]), 0.0)
   # And a nonzero alpha really adds a per-step term.
-  pav1 = credit.pav_advantages(_rl_config(pav_alpha=1.0), batch)
+  pav1, _ = _method("pav", pav_alpha=1.0,
+                    advantage_estimator="drgrpo").advantages(batch)
   assert not np.allclose(np.asarray(pav1), np.asarray(outcome))
 
 
-def test_pav_advantage_hand_computed():
-  # One group of 2: rewards [1, 0] -> GRPO advantages ±0.7071 (unbiased std).
-  # Row 0: 2 steps, Q^π = [0.5, 1.0], V^π = 0.5, K = 1, α = 2:
-  #   A^μ = [0.5 − 0.5, 1.0 − 0.5] = [0, 0.5] -> tokens of step 1 get +1.
-  batch = {
+def _pav_batch():
+  # One group of 2: rewards [1, 0]. Row 0 has 2 steps with Q^π = [0.2, 0.5]
+  # and V^π = 0.25; row 1 one step.
+  return {
       "response_mask": jnp.array([[0, 1, 1, 1], [0, 1, 1, 0]]),
       "step_ids": jnp.array([[-1, 0, 1, 1], [-1, 0, 0, -1]]),
       "rewards": jnp.array([1.0, 0.0]),
-      "q_steps": jnp.array([[0.5, 1.0], [0.2, 0.0]]),
-      "v_init": jnp.array([0.5, 0.2]),
+      "q_values": jnp.array([[0.2, 0.5], [0.2, 0.0]]),
+      "v_init": jnp.array([0.25, 0.2]),
   }
-  cfg = _rl_config(group_size=2, pav_alpha=2.0, prover_k=1)
-  adv = np.asarray(credit.pav_advantages(cfg, batch))
-  a = 1.0 / np.sqrt(2.0) / (1.0 + 1e-6 * np.sqrt(2.0))
-  np.testing.assert_allclose(adv[0], [0, a, a + 1.0, a + 1.0], rtol=1e-5)
-  np.testing.assert_allclose(adv[1], [0, -a, -a, 0], rtol=1e-5)
+
+
+def test_pav_best_of_k_is_applied_once_hand_computed():
+  # K = 4: Q^μ = 1 − (1 − Q)^4 = [0.5904, 0.9375], V^μ = 1 − 0.75^4 =
+  # 0.68359, so A^μ = [−0.09320, 0.34710]. Dr. GRPO outcome: r − mean =
+  # ±0.5, no std. α = 2.
+  method = _method("pav", group_size=2, pav_alpha=2.0, prover_k=4,
+                   advantage_estimator="drgrpo")
+  method.check(base.Verifier(None, "head", "soft"))
+  adv, parts = method.advantages(_pav_batch())
+  a_mu = np.array([0.5904 - 0.68359375, 0.9375 - 0.5904])
+  np.testing.assert_allclose(a_mu, [-0.09320, 0.34710], atol=1e-5)
+  np.testing.assert_allclose(np.asarray(adv)[0],
+                             [0, 0.5 + 2 * a_mu[0], 0.5 + 2 * a_mu[1],
+                              0.5 + 2 * a_mu[1]], atol=1e-5)
+  np.testing.assert_allclose(np.asarray(parts["outcome"])[0],
+                             [0, 0.5, 0.5, 0.5])
+  # A verifier trained on the Best-of-4 prover's values predicts Q^μ: its
+  # scores are used as they are, not put through Best-of-K again.
+  prover = _method("pav", group_size=2, pav_alpha=2.0, prover_k=4,
+                   advantage_estimator="drgrpo")
+  prover.check(base.Verifier(None, "head", "prover", prover_k=4))
+  q_mu = dict(_pav_batch(), q_values=jnp.array([[0.5904, 0.9375],
+                                                 [0.5904, 0.0]]),
+              v_init=jnp.array([0.68359375, 0.5904]))
+  np.testing.assert_allclose(np.asarray(prover.advantages(q_mu)[0]),
+                             np.asarray(adv), atol=1e-5)
+
+
+@pytest.mark.parametrize("verifier,values,key", [
+    (base.Verifier(None, "implicit", "outcome"), {}, "prm.model"),
+    (base.Verifier(None, "head", "hard"), {}, "prm.target"),
+    (base.Verifier(None, "generative", "soft", value_trained=False), {},
+     "prm.value_weight"),
+    (base.Verifier(None, "head", "prover", prover_k=8), {}, "rl.prover_k"),
+    (None, {"advantage_estimator": "grpo"}, "rl.advantage_estimator"),
+])
+def test_pav_refuses_what_does_not_suit_it(verifier, values, key):
+  method = _method("pav", **{"advantage_estimator": "drgrpo", **values})
+  with pytest.raises(config_lib.ConfigError, match=key.replace(".", r"\.")):
+    method.check(verifier)
+
+
+def test_pipeline_checks_the_planned_verifier_before_running(tmp_path):
+  config = cli.load_config_file(os.path.join(ROOT, "configs", "pav.py") +
+                                ":size=test")
+  config.prm.model = "implicit"
+  with pytest.raises(config_lib.ConfigError, match=r"prm\.model"):
+    pipeline.run(config, str(tmp_path))
+  assert not os.path.exists(os.path.join(tmp_path, "checkpoints"))
+
+
+def test_prime_advantages_ignore_filtered_groups():
+  rng = np.random.default_rng(3)
+  batch = {
+      "response_mask": jnp.asarray((rng.random((8, 6)) > 0.2)
+                                   .astype(np.float32)),
+      "implicit_rewards": jnp.asarray(rng.normal(size=(8, 6))
+                                      .astype(np.float32)),
+      "rewards": jnp.asarray([1, 0, 0, 1, 1, 1, 0, 1], jnp.float32),
+  }
+  method = _method("prime", group_size=2)
+  keep = np.array([1, 1, 0, 0, 1, 1, 0, 0], np.float32)  # groups 0 and 2.
+  filtered = dict(batch, response_mask=batch["response_mask"] *
+                  keep[:, None])
+  got, _ = method.advantages(filtered)
+  alone = {k: v[keep > 0] for k, v in batch.items()}
+  want, _ = method.advantages(alone)
+  np.testing.assert_allclose(np.asarray(got)[keep > 0], np.asarray(want),
+                             atol=1e-5)
+  np.testing.assert_array_equal(np.asarray(got)[keep == 0], 0.0)
+
+
+def test_pure_hard_min_form_returns_are_the_minimum():
+  # One row, 3 steps, rewards 2p − 1 = [0.6, −0.2, 0.4]; the running min
+  # returns are [−0.2, −0.2, 0.4], the paper's form zeros after the first
+  # argmin: [−0.2, −0.2, 0].
+  batch = {"step_scores": jnp.array([[0.8, 0.4, 0.7]]),
+           "step_ids": jnp.array([[-1, 0, 0, 1, 2, 2]])}
+  for credit, want in (("min", [-0.2, -0.2, 0.4]),
+                       ("min_paper", [-0.2, -0.2, 0.0])):
+    rewards, temperature = _method("pure", pure_credit=credit).step_rewards(
+        batch)
+    assert temperature is None
+    returns = np.cumsum(np.asarray(rewards)[0][::-1])[::-1]
+    np.testing.assert_allclose(returns, want, atol=1e-6)
+
+
+def test_pure_masks_inner_delimiters_of_a_merged_last_step():
+  # Step ids 0, 1, 2, 3 with S = 2 slots: steps 1-3 merge into slot 1.
+  raw = jnp.array([[0, 0, 1, 1, 2, 2, 3, 3]] * 2)
+  batch = {"step_scores": jnp.array([[0.9, 0.2], [0.3, 0.8]]),
+           "step_ids": base.clamp_step_ids(raw, 2),
+           "step_end_mask": rl.core.step_end_mask_from_ids(raw),
+           "response_mask": jnp.ones((2, 8)),
+           "rewards": jnp.array([1.0, 0.0])}
+  adv, _ = _method("pure", group_size=2).advantages(batch)
+  # Every delimiter (positions 1, 3, 5, 7) gets no advantage, the inner
+  # ones of the merged slot (3, 5) included; content tokens do.
+  np.testing.assert_array_equal(np.asarray(adv)[:, [1, 3, 5, 7]], 0.0)
+  assert np.all(np.asarray(adv)[:, [2, 4, 6]] != 0.0)
+
+
+def test_reinforce_pp_puts_the_kl_in_the_reward():
+  rng = np.random.default_rng(1)
+  mask = jnp.ones((4, 5))
+  batch = {"response_mask": mask,
+           "rewards": jnp.array([1.0, 0.0, 1.0, 0.0]),
+           "old_logprobs": jnp.asarray(rng.normal(size=(4, 5)), jnp.float32),
+           "ref_logprobs": jnp.asarray(rng.normal(size=(4, 5)), jnp.float32)}
+  method = _method("reinforce_pp", reward_kl_coef=0.1, group_size=1)
+  assert method.reads_reference
+  got, _ = method.advantages(batch)
+  # Naive: r_t = outcome·1[t = 4] − 0.1·(old − ref), G = reverse cumsum,
+  # whitened with the unbiased variance over all 20 tokens.
+  r = -0.1 * (np.asarray(batch["old_logprobs"]) -
+              np.asarray(batch["ref_logprobs"]))
+  r[:, -1] += np.asarray(batch["rewards"])
+  g = np.cumsum(r[:, ::-1], axis=1)[:, ::-1]
+  want = (g - g.mean()) / np.sqrt(g.var(ddof=1) + 1e-8)
+  np.testing.assert_allclose(np.asarray(got), want, atol=1e-5)
 
 
 def test_oracle_step_arrays():
-  arrays = credit.oracle_step_arrays([[True, True, False, True], [True]], 3)
+  arrays = base.oracle_step_arrays([[True, True, False, True], [True]], 3)
   np.testing.assert_array_equal(arrays["labels"], [[1, 1, 0], [1, 0, 0]])
-  np.testing.assert_array_equal(arrays["q_steps"], [[1, 1, 0], [1, 0, 0]])
-  np.testing.assert_array_equal(arrays["rewards"], [[1, 1, -1], [1, -1, -1]])
+  np.testing.assert_array_equal(arrays["q_values"], [[1, 1, 0], [1, 0, 0]])
+  np.testing.assert_array_equal(arrays["v_init"], [1, 1])
 
 
 class _Crash(Exception):
