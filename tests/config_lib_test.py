@@ -3,6 +3,7 @@
 import pytest
 
 from rl_rewards import config_lib
+from rl_rewards.runners import methods
 
 
 def _config():
@@ -116,10 +117,11 @@ def test_group_losses_need_whole_groups_per_micro_batch():
   config = _config()
   config.rl.method = "prime"
   config.rl.micro_batch_size = 4           # group_size 8
+  # The method checks its own keys (runners/methods/prime.py).
   with pytest.raises(config_lib.ConfigError, match="multiple of group_size"):
-    config_lib.validate(config)
+    methods.check_config(config_lib.validate(config))
   config.rl.micro_batch_size = 16
-  config_lib.validate(config)
+  methods.check_config(config_lib.validate(config))
   config.prm.model = "implicit"
   config.prm.micro_batch_size = 2          # samples_per_problem 4
   with pytest.raises(config_lib.ConfigError,
