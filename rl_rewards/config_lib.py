@@ -493,11 +493,6 @@ def validate(config):
            "task.name", f"unknown task {task.name!r}.")
   _require(1 <= task.min_ops <= task.max_ops, "task.min_ops",
            "need 1 <= min_ops <= max_ops.")
-  _require(task.name == "arith" or config.rl.prm_source != "oracle" or
-           config.rl.method not in ("pav", "pure", "grpo_process",
-                                    "clip_delta"),
-           "rl.prm_source", "the oracle PRM needs ground-truth step labels, "
-           "which only the arith task has.")
   _require(task.name != "reasoning_gym" or task.dataset, "task.dataset",
            "name the reasoning-gym dataset (e.g. chain_sum).")
   _require("{question}" in task.prompt_template, "task.prompt_template",

@@ -373,3 +373,15 @@ def test_sft_continued_baseline_runs_and_is_reused(sft_dir, tmp_path):
   assert 0.0 <= stage["eval/accuracy"] <= 1.0
   again = pipeline.run(config, workdir)
   assert again["stages"]["sft_continue"] == stage
+
+
+def test_the_oracle_needs_a_task_with_step_labels():
+  config = config_lib.base_config()
+  config.task.name = "gsm8k"
+  config.rl.method = "pav"
+  config.rl.advantage_estimator = "drgrpo"
+  config.rl.prm_source = "oracle"
+  with pytest.raises(config_lib.ConfigError, match=r"rl\.prm_source"):
+    methods.check_config(config)
+  config.rl.method = "outcome"  # Reads no step scores: nothing to check.
+  methods.check_config(config)

@@ -55,6 +55,10 @@ def check_config(config):
   planned by `config.prm`; a reused one (`prm.init_from`) when it is loaded.
   """
   method = make(config)
+  base.require(not method.reads_step_scores or
+               config.rl.prm_source != "oracle" or config.task.name == "arith",
+               "rl.prm_source", "the oracle PRM needs ground-truth step "
+               "labels, which only the arith task has.")
   planned = None
   if (method.reads_step_scores and config.rl.prm_source == "model" and
       "prm" in config.stages.split(",")):
