@@ -11,7 +11,8 @@ Modules: `masking` (masked statistics), `segments` (token <-> step),
 `returns` (discounted returns, GAE, min-form), `advantages` (group baselines,
 REINFORCE++, GRPO with process supervision), `process` (PAV progress,
 Clip/Delta, thought merging), `pure` (PURE), `prime` (PRIME, implicit PRM),
-`losses` (PPO policy/value losses, KL, aggregation, implicit-PRM losses).
+`losses` (PPO policy/value losses, KL, aggregation, implicit-PRM losses),
+`thoughts` (TP-GRPO thought-level, capability-adaptive process rewards).
 """
 
 from rl_rewards.core.advantages import grpo_process_advantages
@@ -70,18 +71,26 @@ from rl_rewards.core.segments import step_token_counts
 from rl_rewards.core.segments import steps_to_end_tokens
 from rl_rewards.core.segments import steps_to_tokens
 from rl_rewards.core.segments import tokens_to_steps
+from rl_rewards.core.thoughts import capability_adaptive_weight
+from rl_rewards.core.thoughts import group_accuracy
+from rl_rewards.core.thoughts import segment_thoughts
+from rl_rewards.core.thoughts import thought_rewards
+from rl_rewards.core.thoughts import Thoughts
+from rl_rewards.core.thoughts import tp_grpo_advantages
 
 __all__ = (
     "aggregate_loss",
     "aggregate_step_scores",
     "best_of_k",
     "broadcast_to_tokens",
+    "capability_adaptive_weight",
     "clip_step_rewards",
     "clipped_surrogate_loss",
     "delta_step_rewards",
     "discounted_returns",
     "effective_step_rewards",
     "gae",
+    "group_accuracy",
     "group_advantages",
     "group_reduce",
     "group_statistics",
@@ -117,6 +126,7 @@ __all__ = (
     "pure_rloo_step_rewards",
     "reinforce_plus_plus",
     "reinforce_plus_plus_baseline",
+    "segment_thoughts",
     "softmin_step_rewards",
     "step_end_mask_from_ids",
     "step_ids_from_step_ends",
@@ -125,7 +135,10 @@ __all__ = (
     "step_token_counts",
     "steps_to_end_tokens",
     "steps_to_tokens",
+    "thought_rewards",
+    "Thoughts",
     "token_min_form_returns",
     "tokens_to_steps",
+    "tp_grpo_advantages",
     "value_loss",
 )

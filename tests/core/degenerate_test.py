@@ -69,6 +69,9 @@ def _all_estimators(batch, group_size, num_steps):
   out["delta"] = rc.steps_to_tokens(
       rc.delta_step_rewards(rc.clip_step_rewards(step_rewards, step_mask,
                                                  eta=0.5), step_mask), ids)
+  out["tp_grpo"] = rc.tp_grpo_advantages(step_rewards, ids, mask, scores,
+                                         group_size, alpha=2.0,
+                                         verdict_threshold=0.0)
   kl = rc.kl_divergence(batch["logprobs"], rewards, estimator="k3")
   out["policy_loss"] = rc.policy_loss(batch["logprobs"], 0.9 * rewards,
                                       out["grpo"], mask, dual_clip=3.0)[0]
@@ -84,7 +87,7 @@ def _all_estimators(batch, group_size, num_steps):
 _JIT_ALL = jax.jit(_all_estimators, static_argnums=(1, 2))
 _TOKEN_KEYS = ("gae", "gae_returns", "gae_whitened", "grpo", "drgrpo", "rloo",
                "rpp", "rpp_baseline", "grpo_process", "min_form", "pure",
-               "prime", "pav", "delta")
+               "prime", "pav", "delta", "tp_grpo")
 
 
 def test_degenerate_batch_is_finite_and_masked():
