@@ -147,7 +147,7 @@ def base_config():
       b2=0.99,
       grad_clip=1.0,
       # Credit assignment: outcome | reinforce_pp | ppo | pav | pure |
-      # grpo_process | clip_delta | prime (one module each in
+      # grpo_process | clip_delta | prime | tp_grpo (one module each in
       # rl_rewards/runners/methods/, which also checks its keys).
       method="outcome",
       advantage_estimator="grpo",   # Outcome baseline: grpo | drgrpo | rloo
@@ -174,6 +174,8 @@ def base_config():
       pure_baseline="token",   # token | step
       verifiable_reward_coef=1.0,  # 0: PRM only; > 0: PRM + VR.
       mask_step_end_tokens=True,
+      # TP-GRPO (He et al.): capability-adaptive weight r^c = tp_alpha * acc.
+      tp_alpha=1.0,
       # grpo_process / clip_delta: weight of the process term.
       process_coef=1.0,
       clip_eta=0.5,            # Clip threshold eta (Gao et al.).
@@ -372,7 +374,7 @@ _ESTIMATORS = ("grpo", "drgrpo", "rloo")
 # The table of methods is rl_rewards/runners/methods.METHODS (a test keeps
 # the two equal); their own keys are checked there.
 _METHODS = ("outcome", "reinforce_pp", "ppo", "pav", "pure", "grpo_process",
-            "clip_delta", "prime")
+            "clip_delta", "prime", "tp_grpo")
 _LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
              "seq-mean-token-sum-norm")
 _KL = ("k1", "k2", "k3", "abs")

@@ -24,7 +24,8 @@ CONFIGS = (("grpo", ""), ("drgrpo", ""), ("rloo", ""), ("ppo", ""),
            ("pav", "verifier=generative"), ("pure", ""),
            ("pure", "credit=min"), ("pure", "credit=min_paper"),
            ("clip_delta", ""), ("reinforce_pp", ""),
-           ("reinforce_pp", "baseline=group"))
+           ("reinforce_pp", "baseline=group"), ("tp_grpo", ""),
+           ("oracle", "method=tp_grpo"))
 
 
 def _config(name, sft_dir, arg="", **overrides):
@@ -87,7 +88,7 @@ def test_config_runs_two_rl_steps(name, arg, sft_dir, tmp_path,
       assert key in r, key
     assert r["train/nonzero_advantage_fraction"] > 0.5, r
     assert r["train/reward_mean"] > 0.3
-  if config.rl.method in ("pav", "pure", "clip_delta") and (
+  if config.rl.method in ("pav", "pure", "clip_delta", "tp_grpo") and (
       config.rl.prm_source == "model"):
     assert "prm/first_error_agreement" in records[0]
 

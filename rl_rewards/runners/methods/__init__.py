@@ -13,6 +13,7 @@ and a new method is one new module plus one row here.
   grpo_process  DeepSeekMath process supervision        grpo_process.py
   clip_delta    Clip/Delta refined PRM returns          clip_delta.py
   prime         online implicit PRM                     prime.py
+  tp_grpo       thought-level rewards, adaptive weight  tp_grpo.py
 """
 
 from rl_rewards import config_lib
@@ -25,6 +26,7 @@ from rl_rewards.runners.methods import ppo
 from rl_rewards.runners.methods import prime
 from rl_rewards.runners.methods import pure
 from rl_rewards.runners.methods import reinforce_pp
+from rl_rewards.runners.methods import tp_grpo
 
 METHODS = {
     "outcome": outcome.Outcome,
@@ -35,6 +37,7 @@ METHODS = {
     "grpo_process": grpo_process.GRPOProcess,
     "clip_delta": clip_delta.ClipDelta,
     "prime": prime.PRIME,
+    "tp_grpo": tp_grpo.TPGRPO,
 }
 
 
