@@ -1,6 +1,7 @@
 """Tests for rl_rewards.core.pure (PURE min-form credit assignment)."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -142,3 +143,19 @@ def test_token_baseline_random_matches_reference():
                                                                3)
   np.testing.assert_allclose(out, _token_baseline_reference(r, ids, mask, 3),
                              rtol=1e-5, atol=1e-5)
+
+
+def test_min_form_step_rewards_return_the_min_form_returns():
+  # r = [0.6, −0.2, 0.4] and a padded row: running min returns
+  # [−0.2, −0.2, 0.4]; the paper's form zeros after the first argmin.
+  rewards = jnp.array([[0.6, -0.2, 0.4], [0.5, 0.9, 0.0]])
+  mask = jnp.array([[1, 1, 1], [1, 1, 0]], bool)
+  for form, want in (("running_min", [[-0.2, -0.2, 0.4], [0.5, 0.9, 0.0]]),
+                     ("paper", [[-0.2, -0.2, 0.0], [0.5, 0.0, 0.0]])):
+    got = pure.min_form_step_rewards(rewards, mask, form=form)
+    jitted = jax.jit(lambda r, m, f=form: pure.min_form_step_rewards(
+        r, m, form=f))(rewards, mask)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(jitted))
+    returns = np.cumsum(np.asarray(got)[:, ::-1], axis=1)[:, ::-1]
+    np.testing.assert_allclose(returns, want, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(got)[1, 2], 0.0)
