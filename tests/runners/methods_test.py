@@ -17,15 +17,18 @@ from rl_rewards.runners import tasks as tasks_lib
 from rl_rewards.runners.methods import base
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-# (config file, its argument): every method and its variants.
-CONFIGS = (("grpo", ""), ("drgrpo", ""), ("rloo", ""), ("ppo", ""),
-           ("prime", ""), ("prime", "rloo=paper,batch_norm=1"),
-           ("oracle", ""), ("oracle", "method=pure"), ("pav", ""),
-           ("pav", "verifier=generative"), ("pure", ""),
-           ("pure", "credit=min"), ("pure", "credit=min_paper"),
-           ("clip_delta", ""), ("reinforce_pp", ""),
-           ("reinforce_pp", "baseline=group"), ("tp_grpo", ""),
-           ("oracle", "method=tp_grpo"))
+# (config file, its argument): every method in the default suite, their
+# variants under `-m slow`.
+CONFIGS = (("grpo", ""), ("ppo", ""), ("prime", ""), ("oracle", ""),
+           ("pav", ""), ("pure", ""), ("clip_delta", ""), ("reinforce_pp", ""),
+           ("tp_grpo", ""), ("grpo_process", ""),
+           *(pytest.param(*c, marks=pytest.mark.slow) for c in (
+               ("drgrpo", ""), ("rloo", ""),
+               ("prime", "rloo=paper,batch_norm=1"),
+               ("oracle", "method=pure"), ("oracle", "method=tp_grpo"),
+               ("pav", "verifier=generative"), ("pure", "credit=min"),
+               ("pure", "credit=min_paper"),
+               ("reinforce_pp", "baseline=group"))))
 
 
 def _config(name, sft_dir, arg="", **overrides):
@@ -88,7 +91,8 @@ def test_config_runs_two_rl_steps(name, arg, sft_dir, tmp_path,
       assert key in r, key
     assert r["train/nonzero_advantage_fraction"] > 0.5, r
     assert r["train/reward_mean"] > 0.3
-  if config.rl.method in ("pav", "pure", "clip_delta", "tp_grpo") and (
+  if config.rl.method in ("pav", "pure", "clip_delta", "tp_grpo",
+                          "grpo_process") and (
       config.rl.prm_source == "model"):
     assert "prm/first_error_agreement" in records[0]
 

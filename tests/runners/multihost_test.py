@@ -1,5 +1,7 @@
 """Two processes on localhost run the pipeline exactly as one 8-device run.
 
+The tests that launch processes carry the `slow` mark (`pytest -m slow`);
+the default suite keeps the metric reductions as two simulated processes.
 Each test launches `experiments/train.py` (through `multihost_worker.py`,
 which records what each process does) as 2 processes x 4 CPU devices,
 connected by `jax.distributed` (CPU collectives: gloo), and compares with a
@@ -256,6 +258,7 @@ def fast_runs(tmp_path_factory):
   return _run_both(tmp_path_factory.mktemp("multihost"), *FAST)
 
 
+@pytest.mark.slow
 def test_each_process_builds_and_scores_only_its_rows(fast_runs):
   _, per_process, _, single = fast_runs
   _check_rows(per_process, single)
@@ -263,6 +266,7 @@ def test_each_process_builds_and_scores_only_its_rows(fast_runs):
   assert {"encode_sft", "encode_prompts", "score", "metrics"} <= kinds
 
 
+@pytest.mark.slow
 def test_two_processes_log_and_train_like_one(fast_runs):
   workdir, per_process, reference_dir, single = fast_runs
   _check_metrics(per_process, single, workdir, reference_dir)
