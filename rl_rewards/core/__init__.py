@@ -56,6 +56,7 @@ from rl_rewards.core.pure import softmin_step_rewards
 from rl_rewards.core.returns import discounted_returns
 from rl_rewards.core.returns import gae
 from rl_rewards.core.returns import min_form_returns
+from rl_rewards.core.returns import reward_to_go
 from rl_rewards.core.returns import step_returns
 from rl_rewards.core.returns import token_min_form_returns
 from rl_rewards.core.segments import broadcast_to_tokens
@@ -115,6 +116,7 @@ __all__ = (
     "pure_rloo_step_rewards",
     "reinforce_plus_plus",
     "reinforce_plus_plus_baseline",
+    "reward_to_go",
     "softmin_step_rewards",
     "step_end_mask_from_ids",
     "step_ids_from_step_ends",
