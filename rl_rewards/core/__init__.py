@@ -23,7 +23,9 @@ from rl_rewards.core.advantages import reinforce_plus_plus_baseline
 from rl_rewards.core.losses import aggregate_loss
 from rl_rewards.core.losses import clipped_surrogate_loss
 from rl_rewards.core.losses import implicit_prm_ce_loss
+from rl_rewards.core.losses import implicit_prm_ce_row_losses
 from rl_rewards.core.losses import implicit_prm_dpo_loss
+from rl_rewards.core.losses import implicit_prm_group_accuracies
 from rl_rewards.core.losses import implicit_prm_pairwise_accuracy
 from rl_rewards.core.losses import kl_divergence
 from rl_rewards.core.losses import LOSS_AGG_MODES
@@ -87,7 +89,9 @@ __all__ = (
     "group_statistics",
     "grpo_process_advantages",
     "implicit_prm_ce_loss",
+    "implicit_prm_ce_row_losses",
     "implicit_prm_dpo_loss",
+    "implicit_prm_group_accuracies",
     "implicit_prm_pairwise_accuracy",
     "implicit_q_values",
     "implicit_step_rewards",
