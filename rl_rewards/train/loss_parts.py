@@ -108,6 +108,9 @@ def implicit_prm_normalizers(mask, group_size: int):
     row} (float32 scalars).
   """
   present = present_rows(mask)
+  if group_size < 1 or present.shape[0] % group_size:
+    raise ValueError(f"implicit_prm_normalizers: group_size {group_size} "
+                     f"does not divide the batch of {present.shape[0]} rows.")
   groups = jnp.any(present.reshape(-1, group_size), axis=1)
   return {"rows": jnp.sum(present, dtype=jnp.float32),
           "groups": jnp.sum(groups, dtype=jnp.float32)}

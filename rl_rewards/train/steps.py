@@ -156,6 +156,10 @@ def make_policy_step(model_config: models.ModelConfig,
     taken on the whole minibatch (`loss_parts`), so micro-batches of
     `micro_batch_size` rows give the same update.
 
+  `old_logprobs` is log π_old, the policy the ratio is measured against,
+  in the convention of `models.token_logprobs` (untempered, entry t =
+  log π(x_t | x_<t)); the sampler's log-probs qualify, being untempered.
+
   Batch: `tokens`, `attention_mask`, `response_mask`, `old_logprobs`,
   `advantages` [B, T], plus `ref_logprobs` [B, T] when kl_coef > 0.
   """
