@@ -24,7 +24,9 @@ from rl_rewards.core.advantages import reinforce_plus_plus_baseline
 from rl_rewards.core.losses import aggregate_loss
 from rl_rewards.core.losses import clipped_surrogate_loss
 from rl_rewards.core.losses import implicit_prm_ce_loss
+from rl_rewards.core.losses import implicit_prm_ce_row_losses
 from rl_rewards.core.losses import implicit_prm_dpo_loss
+from rl_rewards.core.losses import implicit_prm_group_accuracies
 from rl_rewards.core.losses import implicit_prm_pairwise_accuracy
 from rl_rewards.core.losses import kl_divergence
 from rl_rewards.core.losses import LOSS_AGG_MODES
@@ -58,6 +60,7 @@ from rl_rewards.core.pure import softmin_step_rewards
 from rl_rewards.core.returns import discounted_returns
 from rl_rewards.core.returns import gae
 from rl_rewards.core.returns import min_form_returns
+from rl_rewards.core.returns import reward_to_go
 from rl_rewards.core.returns import step_returns
 from rl_rewards.core.returns import token_min_form_returns
 from rl_rewards.core.segments import broadcast_to_tokens
@@ -96,7 +99,9 @@ __all__ = (
     "group_statistics",
     "grpo_process_advantages",
     "implicit_prm_ce_loss",
+    "implicit_prm_ce_row_losses",
     "implicit_prm_dpo_loss",
+    "implicit_prm_group_accuracies",
     "implicit_prm_pairwise_accuracy",
     "implicit_q_values",
     "implicit_step_rewards",
@@ -126,6 +131,7 @@ __all__ = (
     "pure_rloo_step_rewards",
     "reinforce_plus_plus",
     "reinforce_plus_plus_baseline",
+    "reward_to_go",
     "segment_thoughts",
     "softmin_step_rewards",
     "step_end_mask_from_ids",

@@ -158,7 +158,8 @@ def reinforce_plus_plus(token_rewards, response_mask, *, gamma=1.0,
                         axis_name=None):
   """REINFORCE++: discounted returns whitened over the whole batch.
 
-    G_t = r_t + γ·G_{t+1} (reset after the last valid token),
+    G_t = r_t + γ·G_{t+1}, reset at every invalid token (verl's loop:
+          a hole inside a row ends the return; `discounted_returns`),
     A = masked_whiten(G) · m   (unbiased variance, batch-global).
 
   Token rewards usually hold the outcome on the last valid token minus

@@ -234,6 +234,11 @@ def value_loss(values, old_values, returns, response_mask, *,
   return loss, clipfrac
 
 
+def _present_rows(response_mask, fn):
+  """[B] bool: rows with at least one valid token (the others are absent)."""
+  return jnp.any(_checks.as_mask(response_mask, "response_mask", fn), axis=1)
+
+
 def _sequence_log_ratio(log_ratios, response_mask, fn):
   x = _checks.as_float(log_ratios, "log_ratios", fn)
   mask = _checks.as_mask(response_mask, "response_mask", fn)
@@ -242,11 +247,16 @@ def _sequence_log_ratio(log_ratios, response_mask, fn):
   return jnp.sum(jnp.where(mask, x, 0), axis=1)
 
 
-def implicit_prm_ce_loss(log_ratios, response_mask, labels, *, beta: float):
-  """Cross-entropy loss of an implicit PRM on outcome labels (PRIME).
+def implicit_prm_ce_row_losses(log_ratios, response_mask, labels, *,
+                               beta: float):
+  """Per-row cross-entropy of an implicit PRM on outcome labels (PRIME).
 
     z_i = β·Σ_t log-ratio_{i,t}·m_{i,t};
-    L = −mean_i [ y_i·log σ(z_i) + (1 − y_i)·log σ(−z_i) ].
+    ℓ_i = −[ y_i·log σ(z_i) + (1 − y_i)·log σ(−z_i) ]   if Σ_t m_{i,t} > 0,
+    ℓ_i = 0                                              otherwise.
+
+  A row with an all-zero mask is absent (a row the accuracy filter removed):
+  without the guard it would hold z = 0, i.e. ℓ = log 2.
 
   Args:
     log_ratios: [B, T] log π_φ − log π_ref per token.
@@ -255,14 +265,31 @@ def implicit_prm_ce_loss(log_ratios, response_mask, labels, *, beta: float):
     beta: β (0.05 in PRIME).
 
   Returns:
-    Scalar loss.
+    [B] row losses.
   """
-  fn = "implicit_prm_ce_loss"
+  fn = "implicit_prm_ce_row_losses"
   z = beta * _sequence_log_ratio(log_ratios, response_mask, fn)
   y = _checks.as_float(labels, "labels", fn)
   _checks.check_same_shape([z, y], ["log_ratios[:, 0]", "labels"], fn)
-  return -jnp.mean(y * jax.nn.log_sigmoid(z)
-                   + (1 - y) * jax.nn.log_sigmoid(-z))
+  present = _present_rows(response_mask, fn)
+  ce = -(y * jax.nn.log_sigmoid(z) + (1 - y) * jax.nn.log_sigmoid(-z))
+  return jnp.where(present, ce, 0)
+
+
+def implicit_prm_ce_loss(log_ratios, response_mask, labels, *, beta: float):
+  """Cross-entropy loss of an implicit PRM on outcome labels (PRIME).
+
+    L = Σ_i ℓ_i / #{i : Σ_t m_{i,t} > 0}   (`implicit_prm_ce_row_losses`):
+
+  the mean over the rows that have a response. Rows with an all-zero mask
+  (filtered out) neither add to the loss nor scale its gradient, as if they
+  were not in the batch (PRIME drops them); if there are none, L = 0.
+  Arguments as in `implicit_prm_ce_row_losses`; returns a scalar.
+  """
+  rows = implicit_prm_ce_row_losses(log_ratios, response_mask, labels,
+                                    beta=beta)
+  return masking.masked_mean(
+      rows, _present_rows(response_mask, "implicit_prm_ce_loss"))
 
 
 def implicit_prm_dpo_loss(log_ratios, response_mask, labels,
@@ -311,13 +338,15 @@ def implicit_prm_dpo_loss(log_ratios, response_mask, labels,
   return loss if axis_name is None else jax.lax.pmean(loss, axis_name)
 
 
-def implicit_prm_pairwise_accuracy(log_ratios, response_mask, labels,
-                                   group_size: int):
-  """PRIME's `compute_dpo_accuracy`: ranking accuracy within groups.
+def implicit_prm_group_accuracies(log_ratios, response_mask, labels,
+                                  group_size: int):
+  """PRIME's `compute_dpo_accuracy` per group: ranking accuracy, [B // n].
 
   Pairs (i, j) of a group are weighted by |y_i − y_j|; a pair is right when
   sign(Q_i − Q_j) agrees with sign(y_i − y_j) (ties in Q count as "not
-  greater"). Groups with all-equal labels score 0.5. Mean over groups.
+  greater"), with Q_i = Σ_t log-ratio_{i,t}·m_{i,t}. Rows with an all-zero
+  mask are absent and form no pair. A group without a weighted pair (all
+  labels equal) scores 0.5.
 
   Args:
     log_ratios: [B, T] per-token log-ratios.
@@ -326,20 +355,36 @@ def implicit_prm_pairwise_accuracy(log_ratios, response_mask, labels,
     group_size: static n.
 
   Returns:
-    Scalar accuracy in [0, 1].
+    [B // n] accuracies in [0, 1].
   """
-  fn = "implicit_prm_pairwise_accuracy"
+  fn = "implicit_prm_group_accuracies"
   q = _sequence_log_ratio(log_ratios, response_mask, fn)
   y = _checks.as_float(labels, "labels", fn)
   n = _checks.check_group_size(q.shape[0], group_size, fn)
+  present = _present_rows(response_mask, fn).reshape(-1, n)
   q = q.reshape(-1, n)
   y = y.reshape(-1, n)
   dq = q[:, :, None] - q[:, None, :]
   dy = y[:, :, None] - y[:, None, :]
   upper = jnp.triu(jnp.ones((n, n), bool), k=1)
-  weight = jnp.where(upper, jnp.abs(dy), 0)
+  pairs = upper[None] & present[:, :, None] & present[:, None, :]
+  weight = jnp.where(pairs, jnp.abs(dy), 0)
   right = ((dq > 0) == (dy > 0)).astype(q.dtype)
   total = jnp.sum(weight, axis=(1, 2))
   acc = jnp.sum(right * weight, axis=(1, 2)) / jnp.where(total > 0, total, 1)
-  return jnp.mean(jnp.where(total > 0, acc, 0.5))
+  return jnp.where(total > 0, acc, 0.5)
 
+
+def implicit_prm_pairwise_accuracy(log_ratios, response_mask, labels,
+                                   group_size: int):
+  """PRIME's `compute_dpo_accuracy`: ranking accuracy within groups.
+
+  The mean of `implicit_prm_group_accuracies` over the groups that have at
+  least one row with a response (groups the accuracy filter removed are
+  left out); 0 if there is none. Arguments as there; returns a scalar.
+  """
+  acc = implicit_prm_group_accuracies(log_ratios, response_mask, labels,
+                                      group_size)
+  present = _present_rows(response_mask, "implicit_prm_pairwise_accuracy")
+  return masking.masked_mean(
+      acc, jnp.any(present.reshape(acc.shape[0], -1), axis=1))

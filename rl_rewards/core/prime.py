@@ -150,7 +150,7 @@ def prime_batch_norm(token_rewards, response_mask, *, axis_name=None):
   """
   rewards, mask = _token_pair(token_rewards, response_mask, "token_rewards",
                               "prime_batch_norm")
-  to_go = returns_lib.discounted_returns(rewards, mask, gamma=1.0)
+  to_go = returns_lib.reward_to_go(rewards, mask)
   scale = jnp.max(jnp.abs(to_go))
   if axis_name is not None:
     scale = jax.lax.pmax(scale, axis_name)
@@ -189,7 +189,7 @@ def prime_advantages(process_token_rewards, outcome_scores, response_mask,
       outcome_scores, group_size, estimator="rloo", axis_name=axis_name)
   rewards = process_coef * process + outcome_coef * (
       segments.outcome_token_rewards(outcome, response_mask))
-  returns = returns_lib.discounted_returns(rewards, response_mask, gamma=1.0)
+  returns = returns_lib.reward_to_go(rewards, response_mask)
   advantages = masking.masked_whiten(returns, response_mask,
                                      axis_name=axis_name)
   return advantages, returns

@@ -253,8 +253,7 @@ def pure_advantages(step_rewards, step_ids, response_mask, group_size: int,
         segments.outcome_token_rewards(verifiable, response_mask))
   if extra_token_rewards is not None:
     token_rewards = token_rewards + extra_token_rewards
-  returns = returns_lib.discounted_returns(token_rewards, response_mask,
-                                           gamma=1.0)
+  returns = returns_lib.reward_to_go(token_rewards, response_mask)
   advantages = (mask_step_end_tokens(returns, ids, step_end_mask)
                 if mask_step_ends else returns)
   if normalize:

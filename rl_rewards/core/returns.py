@@ -1,8 +1,18 @@
 """Returns over tokens and steps: discounted sums, GAE and min-form returns.
 
-Token-level recurrences run right to left over a [B, T] array with verl's
-masking: invalid tokens neither receive nor reset the running value (it is
-carried through them), and there is no bootstrap after the last valid token.
+Token-level recurrences run right to left over a [B, T] array, with no
+bootstrap after the last valid token. What an invalid token inside a row (a
+hole, e.g. masked tool output) does to the running value follows the
+reference of each method:
+
+* `gae` and `reward_to_go` carry it through holes (verl's GAE loop; the
+  reverse cumsum of PRIME and PURE);
+* `discounted_returns` resets it at every invalid token (verl's REINFORCE++
+  loop, `running_return *= mask[:, t]`), so each run of valid tokens is an
+  episode of its own.
+
+On the data model (DESIGN §4: prompt zeros, response ones, padding zeros)
+there are no holes and the two conventions agree.
 
 Two equivalent implementations are chosen at run time with `lax.cond`:
 
@@ -14,8 +24,10 @@ Two equivalent implementations are chosen at run time with `lax.cond`:
   second [N, N] matmul over the N = T/C chunk starts carries sums across
   chunks, and y_t = local_t + d^{C−t mod C}·Y_{next chunk}. Everything is
   matmuls and elementwise passes: no loop over time.
-* Anything else (holes inside a row, e.g. masked tool-output tokens) falls
-  back to a `lax.scan(reverse=True)` over time with verl's exact semantics.
+* Anything else (holes inside a row) falls back to a
+  `lax.scan(reverse=True)` over time with the reference loop's semantics.
+  (`reward_to_go` needs no fallback: with γ = 1 and zero rewards on holes,
+  carrying through a hole is the plain closed form.)
 """
 
 import jax
@@ -86,7 +98,7 @@ def _discounted_sum_contiguous(x, discount):
 
 
 def _masked_recurrence_scan(x, mask, discount):
-  """verl semantics: y_t = x_t + d·y_{t+1} on valid t, y_t = y_{t+1} else."""
+  """Carry through holes: y_t = x_t + d·y_{t+1} on valid t, y_{t+1} else."""
 
   def step(carry, inputs):
     x_t, m_t = inputs
@@ -98,14 +110,33 @@ def _masked_recurrence_scan(x, mask, discount):
   return y.T
 
 
+def _reset_recurrence_scan(x, mask, discount):
+  """Reset at holes (verl REINFORCE++): y_t = x_t + d·y_{t+1} on valid t,
+  where y_{t+1} = 0 when t + 1 is invalid or t = T − 1."""
+
+  def step(carry, inputs):
+    x_t, m_t = inputs
+    y = jnp.where(m_t, x_t + discount * carry, 0)
+    return y, y
+
+  _, y = jax.lax.scan(step, jnp.zeros_like(x[:, 0]), (x.T, mask.T),
+                      reverse=True)
+  return y.T
+
+
 def discounted_returns(rewards, mask, *, gamma=1.0) -> jnp.ndarray:
-  """Reward-to-go with discount γ over the valid tokens of each row.
+  """REINFORCE++'s discounted reward-to-go, reset at every invalid token.
 
-    G_t = r_t + γ·G_{t'}   for valid t, with t' the next valid token
-    (G = 0 after the last one); invalid tokens get 0.
+    G_t = r_t + γ·G_{t+1}  for valid t,   G_{t+1} := 0 if t + 1 is invalid
+    (or t = T − 1);   G_t = 0 for invalid t.
 
-  This is REINFORCE++'s return (verl `compute_reinforce_plus_plus_outcome_
-  advantage`); rewards on invalid tokens are ignored.
+  This is verl's `compute_reinforce_plus_plus_outcome_advantage` loop
+  (`running_return = r_t + γ·running_return; running_return *= mask[:, t]`):
+  an invalid token inside a row (a hole) ends the return of the tokens
+  before it, so a reward after the hole does not reach them. Rewards on
+  invalid tokens are ignored. For rows whose valid tokens are one contiguous
+  run (every row of the data model) this is G_t = Σ_{s≥t} γ^{s−t}·r_s over
+  the run. For PRIME/PURE's reverse cumsum across holes, see `reward_to_go`.
 
   Args:
     rewards: [B, T] token rewards (outcome on the last token, −β·KL, ...).
@@ -119,16 +150,42 @@ def discounted_returns(rewards, mask, *, gamma=1.0) -> jnp.ndarray:
   gamma = jnp.asarray(gamma, rewards.dtype)
 
   def contiguous(rewards, mask):
+    # One run per row: nothing valid follows the run, so resetting after it
+    # changes nothing and the closed form over the masked rewards is exact.
     x = jnp.where(mask, rewards, 0)
     return jnp.where(mask, _discounted_sum_contiguous(x, gamma), 0)
 
   def general(rewards, mask):
     x = jnp.where(mask, rewards, 0)
-    return jnp.where(mask, _masked_recurrence_scan(x, mask, gamma), 0)
+    return jnp.where(mask, _reset_recurrence_scan(x, mask, gamma), 0)
 
   # Masking happens inside the branches so that it fuses with their work.
   return jax.lax.cond(rows_are_contiguous(mask), contiguous, general,
                       rewards, mask)
+
+
+def reward_to_go(rewards, mask) -> jnp.ndarray:
+  """Undiscounted reward-to-go carried across holes (reverse cumsum).
+
+    G_t = Σ_{s≥t} r_s·m_s   for valid t;   0 for invalid t.
+
+  PRIME's and PURE's return (γ = 1): `(R·m).flip(−1).cumsum(−1).flip(−1)`.
+  Unlike `discounted_returns`, a hole does not cut the sum: rewards after it
+  still reach the tokens before it. The two agree on rows whose valid tokens
+  are one contiguous run.
+
+  Args:
+    rewards: [B, T] token rewards.
+    mask: [B, T] response mask.
+
+  Returns:
+    [B, T] returns, 0 on invalid tokens.
+  """
+  rewards, mask, _ = _prepare_tokens(rewards, mask, "reward_to_go")
+  x = jnp.where(mask, rewards, 0)
+  # γ = 1: the closed form needs no contiguity (holes hold 0).
+  return jnp.where(mask, _discounted_sum_contiguous(
+      x, jnp.asarray(1.0, x.dtype)), 0)
 
 
 def _gae_scan(rewards, values, mask, gamma, lam):

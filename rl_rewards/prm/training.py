@@ -349,9 +349,13 @@ def make_implicit_step(model_config: models.ModelConfig,
                        chunk_size: int = steps_lib.CHUNK):
   """One implicit-PRM update on outcome labels (CE or group DPO).
 
-  Both losses are means over rows; with `micro_batch_size` > 0 the
-  micro-batches hold whole groups (the DPO loss compares the solutions of a
-  problem, the accuracy ranks them) and each contributes b/B of its mean.
+  CE is the mean over the rows with a non-zero `response_mask`
+  (`core.implicit_prm_ce_loss`: an all-zero row is absent); DPO is the mean
+  over all rows. The pairwise accuracy is the mean over groups with such a
+  row. With `micro_batch_size` > 0 the micro-batches hold whole groups (the
+  DPO loss compares the solutions of a problem, the accuracy ranks them)
+  and every mean takes its denominator from the whole batch, so the update
+  equals the full-batch one.
 
   Batch: `tokens`, `attention_mask`, `response_mask`, `ref_logprobs` [B, T],
   `labels` [B] (0/1 outcomes; rows of a group of `group_size` solutions of
@@ -360,25 +364,34 @@ def make_implicit_step(model_config: models.ModelConfig,
   if loss not in IMPLICIT_LOSSES:
     raise ValueError(f"loss must be one of {IMPLICIT_LOSSES}, got {loss!r}.")
 
+  def normalizers(batch):
+    return {**steps_lib.row_normalizers(batch),
+            **loss_parts.implicit_prm_normalizers(batch["response_mask"],
+                                                  group_size)}
+
   def loss_fn(params, batch, norms):
     logp = models.token_logprobs(model_config, params, batch["tokens"],
                                  batch["attention_mask"],
                                  chunk_size=chunk_size)
     log_ratios = logp - batch["ref_logprobs"]
+    mask, labels = batch["response_mask"], batch["labels"]
+    present = loss_parts.present_rows(mask)
     if loss == "ce":
-      value = core.implicit_prm_ce_loss(log_ratios, batch["response_mask"],
-                                        batch["labels"], beta=beta)
+      value = loss_parts.masked_mean_part(
+          core.implicit_prm_ce_row_losses(log_ratios, mask, labels,
+                                          beta=beta),
+          present, norms["rows"])
     else:
-      value = core.implicit_prm_dpo_loss(log_ratios, batch["response_mask"],
-                                         batch["labels"], group_size,
-                                         beta=beta)
-    accuracy = core.implicit_prm_pairwise_accuracy(
-        log_ratios, batch["response_mask"], batch["labels"], group_size)
-    share = loss_parts.row_fraction(logp.shape[0], norms)
-    value, accuracy = share * value, share * accuracy
+      value = loss_parts.row_fraction(logp.shape[0], norms) * (
+          core.implicit_prm_dpo_loss(log_ratios, mask, labels, group_size,
+                                     beta=beta))
+    accuracy = loss_parts.masked_mean_part(
+        core.implicit_prm_group_accuracies(log_ratios, mask, labels,
+                                           group_size),
+        jnp.any(present.reshape(-1, group_size), axis=1), norms["groups"])
     return value, {"prm_loss": value, "pairwise_accuracy": accuracy}
 
   return steps_lib.make_update_step(loss_fn, tx,
-                                    normalizer_fn=steps_lib.row_normalizers,
+                                    normalizer_fn=normalizers,
                                     micro_batch_size=micro_batch_size,
                                     group_size=group_size)

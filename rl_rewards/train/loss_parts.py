@@ -90,6 +90,32 @@ def aggregate_part(loss, mask, norms, *, mode: str = "token-mean",
   return masked_mean_part(row_sums, counts > 0, norms["rows"])
 
 
+def present_rows(mask):
+  """[B] bool: rows of a [B, T] mask with at least one valid token."""
+  mask = jnp.asarray(mask)
+  return jnp.any(mask if mask.dtype == jnp.bool_ else mask != 0, axis=1)
+
+
+def implicit_prm_normalizers(mask, group_size: int):
+  """Whole-batch counts of the implicit-PRM losses (`core.implicit_prm_*`).
+
+  Args:
+    mask: [B, T] response mask of the whole batch; all-zero rows are absent.
+    group_size: n, rows per group (contiguous).
+
+  Returns:
+    dict: `rows` = #{b : Σ_t m_b > 0}, `groups` = #{groups with such a
+    row} (float32 scalars).
+  """
+  present = present_rows(mask)
+  if group_size < 1 or present.shape[0] % group_size:
+    raise ValueError(f"implicit_prm_normalizers: group_size {group_size} "
+                     f"does not divide the batch of {present.shape[0]} rows.")
+  groups = jnp.any(present.reshape(-1, group_size), axis=1)
+  return {"rows": jnp.sum(present, dtype=jnp.float32),
+          "groups": jnp.sum(groups, dtype=jnp.float32)}
+
+
 def row_fraction(rows: int, norms):
   """b / B for a micro-batch of b rows of a B-row batch (norms["batch_rows"]):
   scales a micro-batch's row mean into its share of the batch's row mean

@@ -157,6 +157,12 @@ def make_policy_step(model_config: models.ModelConfig,
     taken on the whole minibatch (`loss_parts`), so micro-batches of
     `micro_batch_size` rows give the same update.
 
+  `old_logprobs` is log π_old, the policy the ratio is measured against,
+  in the convention of `models.token_logprobs` at the same `temperature`
+  (entry t = log π(x_t | x_<t)); the sampler's log-probs are untempered, so
+  they qualify only at τ = 1 (the RL stage recomputes π_old otherwise,
+  `rl.old_logprobs`).
+
   Batch: `tokens`, `attention_mask`, `response_mask`, `old_logprobs`,
   `advantages` [B, T], plus `ref_logprobs` [B, T] when kl_coef > 0.
   """
@@ -308,29 +314,47 @@ def make_implicit_prm_step(model_config: models.ModelConfig,
                            chunk_size: int = CHUNK):
   """One implicit-PRM update with cross-entropy on outcome labels (PRIME).
 
-  r_φ(y) = β Σ_t m_t (log π_φ(y_t) − log π_ref(y_t));
-  L = −mean[l·log σ(r_φ) + (1 − l)·log(1 − σ(r_φ))] over the batch's rows
-  (filtered rows have an all-zero mask: r = 0, no gradient). Micro-batches
-  of `micro_batch_size` rows hold whole groups of `group_size` (the pairwise
-  accuracy metric ranks within groups); each contributes b/B of its mean.
+    z_i = β Σ_t m_{i,t} (log π_φ(y_{i,t}) − log π_ref(y_{i,t}));
+    L = −Σ_{i∈K} [l_i·log σ(z_i) + (1 − l_i)·log σ(−z_i)] / |K|,
+    K = {i : Σ_t m_{i,t} > 0}   (`core.implicit_prm_ce_loss`).
 
-  Batch: `tokens`, `attention_mask`, `response_mask` (rows to train on;
-  filtered rows have an all-zero mask), `ref_logprobs` [B, T], `labels` [B].
+  Rows to train on are those with a non-zero `response_mask`; a row whose
+  mask the caller zeroed (PRIME's accuracy filter) is absent: it adds
+  nothing to the loss, the metric or the gradient, and is not counted in
+  |K|, so the update equals that of the batch without it. |K| and the
+  number of groups with such a row are counted on the whole batch
+  (`loss_parts.implicit_prm_normalizers`), so micro-batches of
+  `micro_batch_size` rows (whole groups of `group_size`: the pairwise
+  accuracy metric ranks within groups) give the same update. If no row is
+  kept, the loss and the update are 0.
+
+  Batch: `tokens`, `attention_mask`, `response_mask` (all-zero on filtered
+  rows), `ref_logprobs` [B, T], `labels` [B].
+  Metrics: `prm_loss`; `prm_pairwise_accuracy`, the mean of
+  `core.implicit_prm_group_accuracies` over groups with a kept row.
   """
+
+  def normalizers(batch):
+    return loss_parts.implicit_prm_normalizers(batch["response_mask"],
+                                               group_size)
 
   def loss_fn(params, batch, norms):
     logp = models.token_logprobs(model_config, params, batch["tokens"],
                                  batch["attention_mask"],
                                  chunk_size=chunk_size)
     log_ratios = logp - batch["ref_logprobs"]
-    share = loss_parts.row_fraction(logp.shape[0], norms)
-    loss = share * core.implicit_prm_ce_loss(
-        log_ratios, batch["response_mask"], batch["labels"], beta=beta)
-    accuracy = share * core.implicit_prm_pairwise_accuracy(
-        log_ratios, batch["response_mask"], batch["labels"], group_size)
+    mask, labels = batch["response_mask"], batch["labels"]
+    present = loss_parts.present_rows(mask)
+    loss = loss_parts.masked_mean_part(
+        core.implicit_prm_ce_row_losses(log_ratios, mask, labels, beta=beta),
+        present, norms["rows"])
+    accuracy = loss_parts.masked_mean_part(
+        core.implicit_prm_group_accuracies(log_ratios, mask, labels,
+                                           group_size),
+        jnp.any(present.reshape(-1, group_size), axis=1), norms["groups"])
     return loss, {"prm_loss": loss, "prm_pairwise_accuracy": accuracy}
 
   return make_update_step(loss_fn, tx, metric_prefix="prm_",
-                          normalizer_fn=row_normalizers,
+                          normalizer_fn=normalizers,
                           micro_batch_size=micro_batch_size,
                           group_size=group_size)

@@ -70,16 +70,24 @@ def gae_reference(rewards, values, mask, gamma, lam):
 
 
 def discounted_returns_reference(rewards, mask, gamma):
-  """verl's REINFORCE++ return loop."""
+  """verl's REINFORCE++ return loop, then masked: the running return is
+  reset at every invalid token (`running_return *= mask[:, t]`)."""
   batch, length = rewards.shape
   out = np.zeros((batch, length))
   for b in range(batch):
     running = 0.0
     for t in reversed(range(length)):
-      if mask[b, t]:
-        running = rewards[b, t] + gamma * running
-        out[b, t] = running
-  return out
+      running = rewards[b, t] + gamma * running
+      out[b, t] = running
+      running *= mask[b, t]
+  return np.where(mask, out, 0)
+
+
+def reward_to_go_reference(rewards, mask):
+  """PRIME's `(R·m).flip(-1).cumsum(-1).flip(-1)`, then masked."""
+  masked = np.where(mask, rewards, 0).astype(np.float64)
+  out = np.flip(np.cumsum(np.flip(masked, -1), -1), -1)
+  return np.where(mask, out, 0)
 
 
 def whiten_reference(x, mask, unbiased=True, eps=1e-8):

@@ -115,6 +115,39 @@ def test_implicit_prm_ce_tv9():
   np.testing.assert_allclose(loss, 0.621268, atol=1e-6)
 
 
+def test_implicit_prm_ce_leaves_out_rows_without_a_response():
+  # TV-9 plus two filtered rows (all-zero mask, whatever their log-ratios and
+  # labels): the loss and its gradient are those of the two kept rows. A
+  # mean over all four rows would give (2·0.621268 + 2·log 2)/4 = 0.657207.
+  log_ratios = np.array([[1.0, 3.0, 9.0], [5.0, 5.0, 5.0],
+                         [-2.0, 0.0, 9.0], [-7.0, 1.0, 2.0]], np.float32)
+  mask = np.array([[1, 1, 0], [0, 0, 0], [1, 1, 0], [0, 0, 0]])
+  labels = np.array([1.0, 1.0, 0.0, 0.0])
+  kept = np.array([0, 2])
+
+  def loss_of(rows):
+    return lambda x: losses.implicit_prm_ce_loss(x, mask[rows], labels[rows],
+                                                 beta=0.05)
+
+  loss = loss_of(np.arange(4))
+  np.testing.assert_allclose(loss(log_ratios), 0.621268, atol=1e-6)
+  grad = np.asarray(jax.grad(loss)(log_ratios))
+  np.testing.assert_allclose(grad[kept],
+                             jax.grad(loss_of(kept))(log_ratios[kept]),
+                             rtol=1e-6)
+  np.testing.assert_allclose(grad[[1, 3]], 0.0)
+  # By hand: ∂L/∂x_{i,t} = −β·m_{i,t}·(y_i − σ(z_i)) / 2;
+  # row 0: −0.05·(1 − 0.549834)/2 = −0.011254.
+  np.testing.assert_allclose(grad[0], [-0.011254, -0.011254, 0.0],
+                             atol=1e-6)
+  rows = losses.implicit_prm_ce_row_losses(log_ratios, mask, labels,
+                                           beta=0.05)
+  np.testing.assert_allclose(np.asarray(rows)[[1, 3]], 0.0)
+  # Nothing kept: 0, not NaN.
+  assert float(losses.implicit_prm_ce_loss(
+      log_ratios, np.zeros_like(mask), labels, beta=0.05)) == 0.0
+
+
 def _dpo_reference(q, y, n, beta):
   out = []
   for i in range(len(q)):
@@ -151,6 +184,22 @@ def test_pairwise_accuracy():
   same = losses.implicit_prm_pairwise_accuracy(log_ratios, np.ones((6, 1)),
                                                np.ones(6), 3)
   np.testing.assert_allclose(same, 0.5)  # All labels equal.
+
+
+def test_pairwise_accuracy_leaves_out_absent_rows_and_groups():
+  # Group 1 of the case above, plus a filtered group (all-zero mask) that
+  # would score 0.5 and pull the mean to 0.75; and in group 0 a filtered
+  # row whose Q = 0 would make pair (0, 2) wrong (Q 0 < 2 with y 1 > 0).
+  log_ratios = np.array([[3.0], [1.0], [9.0], [3.0], [1.0], [1.0]],
+                        np.float32)
+  labels = np.array([1.0, 0.0, 0.0, 1.0, 0.0, 0.0])
+  mask = np.array([[1], [1], [0], [0], [0], [0]])
+  # Group 0 without row 2: one pair (0, 1), right -> 1.0. Group 1: absent.
+  np.testing.assert_allclose(
+      losses.implicit_prm_group_accuracies(log_ratios, mask, labels, 3),
+      [1.0, 0.5])
+  np.testing.assert_allclose(
+      losses.implicit_prm_pairwise_accuracy(log_ratios, mask, labels, 3), 1.0)
 
 
 def test_bad_inputs_raise():

@@ -19,11 +19,11 @@ _TV9_MASK = np.array([[1, 1], [1, 0]])
 def test_rloo_forms_tv9(fn):
   code = fn(_TV9_REWARDS, _TV9_MASK, group_size=2)
   np.testing.assert_allclose(code, [[0.2, 0.6], [-0.4, 0.0]], atol=1e-6)
-  np.testing.assert_allclose(returns.discounted_returns(code, _TV9_MASK),
+  np.testing.assert_allclose(returns.reward_to_go(code, _TV9_MASK),
                              [[0.8, 0.6], [-0.4, 0.0]], atol=1e-6)
   paper = fn(_TV9_REWARDS, _TV9_MASK, group_size=2, form="paper")
   np.testing.assert_allclose(paper, [[0.3, 0.5], [-0.4, 0.0]], atol=1e-6)
-  np.testing.assert_allclose(returns.discounted_returns(paper, _TV9_MASK),
+  np.testing.assert_allclose(returns.reward_to_go(paper, _TV9_MASK),
                              [[0.8, 0.5], [-0.4, 0.0]], atol=1e-6)
 
 
@@ -71,12 +71,24 @@ def test_prime_advantages_compose_the_pieces():
     last = np.nonzero(mask[b])[0]
     if last.size:
       process_part[b, last[-1]] += 5.0 * out[b]
-  expected_ret = core_reference.discounted_returns_reference(process_part,
-                                                             mask, 1.0)
+  expected_ret = core_reference.reward_to_go_reference(process_part, mask)
   np.testing.assert_allclose(ret, expected_ret, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(
       adv, core_reference.whiten_reference(expected_ret, mask), rtol=1e-4,
       atol=1e-4)
+
+
+def test_prime_returns_carry_across_holes():
+  # PRIME's return is the reverse cumsum of the masked rewards: with a hole
+  # at t = 1, the outcome at t = 2 still reaches t = 0 (a REINFORCE++-style
+  # reset at the hole would give G_0 = 0). Zero process rewards; outcomes
+  # [1, 0] in one group: RLOO [1, −1] on each row's last valid token.
+  mask = np.array([[1, 0, 1], [1, 1, 0]])
+  _, ret = prime.prime_advantages(
+      np.zeros((2, 3), np.float32), np.array([1.0, 0.0], np.float32), mask,
+      2, process_coef=0.0, outcome_coef=1.0)
+  np.testing.assert_allclose(ret, [[1.0, 0.0, 1.0], [-1.0, -1.0, 0.0]],
+                             atol=1e-6)
 
 
 def test_implicit_rewards_tv10():

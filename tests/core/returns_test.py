@@ -104,6 +104,49 @@ def test_discounted_returns_match_reference(gamma):
       rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("fn", [returns.discounted_returns, _JIT_DISCOUNTED])
+def test_discounted_returns_reset_at_holes_hand_computed(fn):
+  # verl's REINFORCE++ loop resets the running return at an invalid token.
+  # Row 0, γ = 0.5, hole at t = 2: G_3 = 4; the hole cuts the return, so
+  # G_1 = 2 + 0.5·0 = 2 and G_0 = 1 + 0.5·2 = 2. (Carrying through the hole
+  # would give G_1 = 2 + 0.5·4 = 4, G_0 = 3.)
+  # Row 1: prompt at t = 0, holes at t = 2 and 3, padding at t = 5;
+  # G_4 = 5, G_1 = 2 (its reward 7 at the hole t = 3 is ignored), G_0 = 0.
+  r = np.array([[1.0, 2.0, 3.0, 4.0, 0.0, 0.0],
+                [9.0, 2.0, 7.0, 7.0, 5.0, 9.0]], np.float32)
+  m = np.array([[1, 1, 0, 1, 0, 0], [0, 1, 0, 0, 1, 0]])
+  np.testing.assert_allclose(fn(r, m, gamma=0.5),
+                             [[2.0, 2.0, 0.0, 4.0, 0.0, 0.0],
+                              [0.0, 2.0, 0.0, 0.0, 5.0, 0.0]], atol=1e-6)
+  # γ = 1: [3, 2, 0, 4] (carrying would give [7, 6, 0, 4]).
+  np.testing.assert_allclose(fn(r[:1], m[:1], gamma=1.0),
+                             [[3.0, 2.0, 0.0, 4.0, 0.0, 0.0]], atol=1e-6)
+
+
+@pytest.mark.parametrize("fn", [returns.reward_to_go,
+                                jax.jit(returns.reward_to_go)])
+def test_reward_to_go_carries_across_holes_hand_computed(fn):
+  # PRIME/PURE reverse cumsum of the masked rewards: the reward after the
+  # hole still reaches t = 0, 1; the hole's own reward (3) is dropped.
+  r = np.array([[1.0, 2.0, 3.0, 4.0, 9.0]], np.float32)
+  m = np.array([[1, 1, 0, 1, 0]])
+  np.testing.assert_allclose(fn(r, m), [[7.0, 6.0, 0.0, 4.0, 0.0]],
+                             atol=1e-6)
+
+
+def test_reward_to_go_matches_reference_and_contiguous_returns():
+  batch = core_reference.random_batch(12, batch=5, length=40)
+  r, m = batch["rewards"], batch["mask"]
+  holes = m * (np.random.default_rng(2).random(m.shape) > 0.3)
+  np.testing.assert_allclose(
+      jax.jit(returns.reward_to_go)(r, holes),
+      core_reference.reward_to_go_reference(r, holes), rtol=1e-5, atol=1e-5)
+  # Without holes it is the γ = 1 REINFORCE++ return.
+  np.testing.assert_allclose(jax.jit(returns.reward_to_go)(r, m),
+                             _JIT_DISCOUNTED(r, m, gamma=1.0),
+                             rtol=1e-5, atol=1e-5)
+
+
 def test_discounted_returns_tv4_eager():
   out = returns.discounted_returns(
       np.array([[-0.01, -0.02, 0.99], [-0.03, -0.01, 0.0]]),
