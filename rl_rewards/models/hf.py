@@ -120,9 +120,11 @@ def config_from_hf(hf_config: Dict[str, Any], *, dtype: str = "float32",
           "adds an o_proj bias).")
     attention_bias = False
   def number(key, kind=int, default=None):
-    if key not in hf_config and default is None:
-      raise errors.InputError(f"{path}: missing key {key!r}.")
-    value = hf_config.get(key, default)
+    value = hf_config.get(key)
+    if value is None:  # Absent or null: the default, if there is one.
+      if default is None:
+        raise errors.InputError(f"{path}: missing key {key!r}.")
+      value = default
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or
         (kind is int and value != int(value))):
       raise errors.InputError(f"{path}: {key!r} must be "
