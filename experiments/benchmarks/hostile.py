@@ -44,16 +44,18 @@ _ONLY = flags.DEFINE_list("verifiers", list(VERIFIERS), "Which to run.")
 _OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.")
 
 
-def _references():
-  """Per verifier: (the reference of every item, the right answer text)."""
-  # pylint: disable-next=g-import-not-at-top
-  from rl_rewards.tasks import reasoning_gym_tasks
-  entry = reasoning_gym_tasks.create_dataset("chain_sum", 1, 0)[0]
-  problem = arith.make_problem(arith.ArithConfig(), 0)
+def _reference(name):
+  """(the reference of every item, the right answer text) of a verifier."""
+  if name == "reasoning_gym":
+    # pylint: disable-next=g-import-not-at-top
+    from rl_rewards.tasks import reasoning_gym_tasks
+    entry = reasoning_gym_tasks.create_dataset("chain_sum", 1, 0)[0]
+    return entry, str(entry["answer"])
+  if name == "step_checker":
+    problem = arith.make_problem(arith.ArithConfig(), 0)
+    return problem, arith.reference_solution(problem)
   return {"exact": ("42", "42"), "gsm8k": ("#### 42", "42"),
-          "math": ("42", "42"),
-          "reasoning_gym": (entry, str(entry["answer"])),
-          "step_checker": (problem, arith.reference_solution(problem))}
+          "math": ("42", "42")}[name]
 
 
 def _check_steps(problem, texts):
@@ -84,7 +86,7 @@ def run_verifier(name, items, *, timeout_s, batch_size, pool):
      "right_answer_scored" (the `normal` item "bare answer" scored 1),
      "limit_s" (pooled kinds: the time limit of a call), "restarts"}.
   """
-  reference, answer = _references()[name]
+  reference, answer = _reference(name)
   counts = collections.Counter({s: 0 for s in STATUSES})
   by_category = collections.defaultdict(collections.Counter)
   max_call, max_batch, right_answer = 0.0, 0.0, None
