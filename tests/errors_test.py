@@ -414,7 +414,8 @@ def test_disk_full_while_writing_a_label_shard(tmp_path, monkeypatch):
     """A file whose write stops half way with ENOSPC."""
 
     def __init__(self, path, *args, **kwargs):
-      self._f = open(path, *args, **kwargs)  # pylint: disable=consider-using-with
+      # pylint: disable-next=consider-using-with
+      self._f = open(path, *args, **kwargs)
       self.name = path
 
     def write(self, text):

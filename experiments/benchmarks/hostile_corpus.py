@@ -111,7 +111,8 @@ def _big_strings():
       Item("big_string", "1 MB of NUL", "\x00" * _MB),
       Item("big_string", "1 MB of one long line of digits and signs",
            "1+" * (_MB // 2)),
-      Item("big_string", "1 MB of astral characters", "\U0001d7d2" * (_MB // 2)),
+      Item("big_string", "1 MB of astral characters",
+           "\U0001d7d2" * (_MB // 2)),
       Item("big_string", "4 MB", "b" * (4 * _MB)),
   ]
 
@@ -217,7 +218,8 @@ def _sympy_bombs():
       ("complex root", r"\boxed{(-1)^{1/3}}"),
       ("zeta", r"\boxed{\zeta(10^{9})}"),
       ("modular power", r"\boxed{10^{10^{8}} \bmod 7}"),
-      ("answer plus zero tower", r"\boxed{" + ANSWER + r" + 0 \cdot 10^{10^{10}}}"),
+      ("answer plus zero tower",
+       r"\boxed{" + ANSWER + r" + 0 \cdot 10^{10^{10}}}"),
       ("matrix 40x40",
        r"\boxed{\begin{pmatrix}" + r"\\".join(
            "&".join(str((i * 7 + j * 3) % 10) for j in range(40))

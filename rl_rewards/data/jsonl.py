@@ -57,10 +57,11 @@ def _read_jsonl(path: str, required_fields: tuple[str, ...],
     for field in required_fields:
       if field not in obj:
         raise errors.InputError(f"{where}: missing field {field!r} "
-                         f"(has {sorted(obj)}).")
+                                f"(has {sorted(obj)}).")
       if not isinstance(obj[field], str):
-        raise errors.InputError(f"{where}: field {field!r} must be a string, got "
-                         f"{type(obj[field]).__name__}.")
+        raise errors.InputError(
+            f"{where}: field {field!r} must be a string, got "
+            f"{type(obj[field]).__name__}.")
     record = make_record(obj, where)
     record["index"] = len(records)
     records.append(record)
@@ -77,7 +78,8 @@ def _gsm8k_record(obj: dict, where: str) -> dict:
         f"{solution[-80:]!r}.")
   final = answers.gsm8k_final_answer(solution)
   if not final:
-    raise errors.InputError(f"{where}: the final answer after '#### ' is empty.")
+    raise errors.InputError(
+        f"{where}: the final answer after '#### ' is empty.")
   return {"question": obj["question"], "answer": final, "solution": solution}
 
 

@@ -291,7 +291,7 @@ class _TensorReader:
       except (json.JSONDecodeError, UnicodeDecodeError, KeyError,
               TypeError) as e:
         raise errors.InputError(f"{index}: not a safetensors index with a "
-                         f"'weight_map' ({e}).") from None
+                                f"'weight_map' ({e}).") from None
       self._file_of = {name: os.path.join(path, file)
                        for name, file in weight_map.items()}
       for file in sorted(set(self._file_of.values())):
@@ -364,8 +364,8 @@ def load_hf(path: str, *, dtype: str = "float32",
     tensor, file = reader.get(name)
     if tuple(tensor.shape) != shape:
       raise errors.InputError(f"{file}: tensor {name!r} has shape "
-                       f"{tuple(tensor.shape)}, expected {shape} from "
-                       f"{config_path}.")
+                              f"{tuple(tensor.shape)}, expected {shape} from "
+                              f"{config_path}.")
     return np.ascontiguousarray(to_ours(tensor.astype(np.float32)))
 
   # Destination paths in the layout of cfg, each with its per-layer sources.

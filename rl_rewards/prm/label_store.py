@@ -99,7 +99,7 @@ def validate_record(record, where: str):
   """Raises ValueError (naming `where`) if a record is malformed."""
   if not isinstance(record, dict):
     raise errors.InputError(f"{where}: expected a JSON object, got "
-                     f"{type(record).__name__}.")
+                            f"{type(record).__name__}.")
   for field, kind in _FIELDS.items():
     if field not in record:
       raise errors.InputError(f"{where}: missing field {field!r}.")
@@ -108,20 +108,22 @@ def validate_record(record, where: str):
       raise errors.InputError(f"{where}: field {field!r} must not be a bool.")
     if not isinstance(value, kind):
       raise errors.InputError(f"{where}: field {field!r} has type "
-                       f"{type(value).__name__}.")
+                              f"{type(value).__name__}.")
   num_steps = len(record["hard"])
   if num_steps < 1:
     raise errors.InputError(f"{where}: a solution has at least one step.")
   for field in ("q", "rollouts") + (("oracle",) if record["oracle"] is not None
                                     else ()):
     if len(record[field]) != num_steps:
-      raise errors.InputError(f"{where}: field {field!r} has {len(record[field])} "
-                       f"entries, 'hard' has {num_steps}.")
+      raise errors.InputError(
+          f"{where}: field {field!r} has {len(record[field])} "
+          f"entries, 'hard' has {num_steps}.")
   for q in record["q"]:
     if q is not None and not (isinstance(q, (int, float)) and
                               (math.isnan(q) or 0.0 <= q <= 1.0)):
-      raise errors.InputError(f"{where}: q values must be in [0, 1] or null, got "
-                       f"{q!r}.")
+      raise errors.InputError(
+          f"{where}: q values must be in [0, 1] or null, got "
+          f"{q!r}.")
   if any(h not in (0, 1) for h in record["hard"]):
     raise errors.InputError(f"{where}: hard labels must be 0 or 1.")
   if not all(isinstance(t, int) for t in record["response_ids"] +
@@ -149,8 +151,9 @@ def read_manifest(directory: str) -> dict:
   """The manifest of a complete label set; ValueError if there is none."""
   path = os.path.join(directory, MANIFEST)
   if not os.path.exists(path):
-    raise errors.InputError(f"{directory}: not a complete label set (no {MANIFEST}; "
-                     "run the labels stage to the end).")
+    raise errors.InputError(
+        f"{directory}: not a complete label set (no {MANIFEST}; "
+        "run the labels stage to the end).")
   try:
     with open(path, encoding="utf-8") as f:
       manifest = json.load(f)
