@@ -16,6 +16,9 @@ the longest batch; and the throughput in verifications per second. The
 right answers of the corpus's `normal` items must still score 1.
 
   python -m experiments.benchmarks.hostile --out=/tmp/hostile.json
+
+For comparison, the same number of ordinary responses
+(`hostile_corpus.ordinary`) is timed the same way (`--noordinary` skips it).
 """
 
 import collections
@@ -41,6 +44,8 @@ _BATCH = flags.DEFINE_integer("batch_size", 64, "Responses per call of "
                               "verify_batch (a training batch).")
 _WORKERS = flags.DEFINE_integer("num_workers", 2, "Verifier worker processes.")
 _ONLY = flags.DEFINE_list("verifiers", list(VERIFIERS), "Which to run.")
+_ORDINARY = flags.DEFINE_bool(
+    "ordinary", True, "Also time as many ordinary responses, for comparison.")
 _OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.")
 
 
@@ -173,15 +178,20 @@ def main(argv):
   categories = collections.Counter(item.category for item in items)
   print(f"corpus: {len(items)} responses; " +
         ", ".join(f"{k} {v}" for k, v in categories.items()), flush=True)
-  results = run(items, names=_ONLY.value, timeout_s=_TIMEOUT.value,
-                batch_size=_BATCH.value, num_workers=_WORKERS.value)
-  print(table(results, len(items)))
+  settings = dict(names=_ONLY.value, timeout_s=_TIMEOUT.value,
+                  batch_size=_BATCH.value, num_workers=_WORKERS.value)
+  results = run(items, **settings)
+  print("\nhostile corpus\n" + table(results, len(items)))
+  out = {"corpus_size": len(items), "categories": dict(categories),
+         "timeout_s": _TIMEOUT.value, "batch_size": _BATCH.value,
+         "num_workers": _WORKERS.value, "results": results}
+  if _ORDINARY.value:
+    ordinary = hostile_corpus.ordinary(len(items), _SEED.value)
+    out["ordinary"] = run(ordinary, **settings)
+    print("\nordinary responses\n" + table(out["ordinary"], len(ordinary)))
   if _OUT.value:
     with open(_OUT.value, "w") as f:
-      json.dump({"corpus_size": len(items), "categories": dict(categories),
-                 "timeout_s": _TIMEOUT.value, "batch_size": _BATCH.value,
-                 "num_workers": _WORKERS.value, "results": results}, f,
-                indent=2)
+      json.dump(out, f, indent=2)
 
 
 if __name__ == "__main__":

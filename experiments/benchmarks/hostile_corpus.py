@@ -351,6 +351,32 @@ def corpus(seed: int = 0, num_fuzz: int = 150) -> list[Item]:
   return items
 
 
+def ordinary(count: int, seed: int = 0) -> list[Item]:
+  """`count` well-behaved responses (category "normal"), for comparison:
+  short reasoning ending in a number, a fraction or the ANSWER, in the
+  forms models write (sentence, "####", \\boxed{}, inline math)."""
+  rng = np.random.default_rng(seed)
+  forms = ("The answer is {x}.", "So we get\n#### {x}", r"Thus $\boxed{{{x}}}$.",
+           "${x}$", "First 3 + 4 = 7, then 7 * 6 = 42.\nAnswer: {x}")
+  items = []
+  for i in range(count):
+    kind = i % 4
+    if kind == 0:
+      x = ANSWER
+    elif kind == 1:
+      x = str(int(rng.integers(-1000, 10_000)))
+    elif kind == 2:
+      x = rf"\frac{{{int(rng.integers(1, 50))}}}{{{int(rng.integers(2, 50))}}}"
+    else:
+      x = f"{rng.uniform(0, 100):.2f}"
+    steps = "".join(f"Step {k}: {int(rng.integers(100))} + "
+                    f"{int(rng.integers(100))}.\n"
+                    for k in range(int(rng.integers(0, 6))))
+    form = forms[int(rng.integers(len(forms)))]
+    items.append(Item("normal", f"ordinary {i}", steps + form.format(x=x)))
+  return items
+
+
 def sample(items: list[Item], count: int, seed: int) -> list[Item]:
   """`count` items drawn without replacement (seeded), in corpus order,
   always including at least one item of every category present."""
