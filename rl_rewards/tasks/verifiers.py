@@ -27,13 +27,17 @@ import atexit
 import collections
 import dataclasses
 import functools
-import multiprocessing
+import json
 from multiprocessing import connection as mp_connection
 import os
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from typing import Any, NamedTuple, Optional, Sequence
+import weakref
 
 import numpy as np
 
@@ -49,6 +53,8 @@ DEFAULT_WORKER_MEMORY_BYTES = 4 << 30
 
 # A call still running this long after its alarm is killed with its worker.
 KILL_GRACE_S = 1.0
+# After the first alarm of a call, it fires again at this interval.
+_ALARM_REPEAT_S = 0.05
 
 
 @dataclasses.dataclass
@@ -199,7 +205,10 @@ def _pooled_call(score_fn, prediction: str, reference: Any,
     prepare = _PREPARE.get(getattr(score_fn, "func", score_fn))
     if prepare is not None:
       prepare(reference)  # Never timed: e.g. building a dataset.
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    # The alarm repeats until cleared: an exception raised where Python
+    # only prints it (a garbage-collection callback, a __del__) is lost,
+    # and the next one lands.
+    signal.setitimer(signal.ITIMER_REAL, timeout_s, _ALARM_REPEAT_S)
     try:
       score = float(score_fn(prediction, reference))
     finally:
@@ -213,6 +222,22 @@ def _pooled_call(score_fn, prediction: str, reference: Any,
   if not 0.0 <= score <= 1.0:  # Also rejects NaN.
     return 0.0, "error"
   return score, "ok"
+
+
+def _watch_parent(parent_pid: int) -> None:
+  """Exits the worker when the process that started it is gone (a worker
+  whose caller was killed must not run on)."""
+  while True:
+    time.sleep(1.0)
+    if os.getppid() != parent_pid:
+      os._exit(0)  # pylint: disable=protected-access
+
+
+def worker_entry(fd: int, memory_bytes: int, parent_pid: int) -> None:
+  """The worker process's main (see `_Worker`): serves the socket `fd`."""
+  threading.Thread(target=_watch_parent, args=(parent_pid,),
+                   daemon=True).start()
+  _worker_main(mp_connection.Connection(fd), memory_bytes or None)
 
 
 def _worker_main(conn, memory_bytes: Optional[int]) -> None:
@@ -252,16 +277,34 @@ class CallResult(NamedTuple):
   seconds: float
 
 
-class _Worker:
-  """One worker process, its pipe, and what it is doing."""
+# A worker is a fresh interpreter that imports this module and what its
+# calls need, not the caller's main module (multiprocessing's spawn and
+# forkserver children import it, e.g. the whole training program).
+_WORKER_MAIN = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+                "from rl_rewards.tasks import verifiers; "
+                "verifiers.worker_entry(*map(int, sys.argv[2:]))")
+_LIVE_WORKERS = weakref.WeakSet()
 
-  def __init__(self, context, memory_bytes, modules):
-    self.conn, child = context.Pipe()
-    self.process = context.Process(
-        target=_worker_main, args=(child, memory_bytes), daemon=True,
-        name="rl_rewards-verifier")
-    self.process.start()
-    child.close()  # So that the worker's death reads as EOF here.
+
+def live_worker_pids() -> list[int]:
+  """Process ids of every worker not yet stopped, in all pools."""
+  return sorted(w.process.pid for w in list(_LIVE_WORKERS))
+
+
+class _Worker:
+  """One worker process, its socket, and what it is doing."""
+
+  def __init__(self, memory_bytes, modules):
+    ours, theirs = socket.socketpair()
+    try:
+      self.process = subprocess.Popen(
+          [sys.executable, "-c", _WORKER_MAIN, json.dumps(sys.path),
+           str(theirs.fileno()), str(memory_bytes or 0), str(os.getpid())],
+          pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+    finally:
+      theirs.close()  # So that the worker's death reads as EOF here.
+    self.conn = mp_connection.Connection(ours.detach())
+    _LIVE_WORKERS.add(self)
     self.modules = set(modules)
     self.item = None
     self.start_import(modules)
@@ -272,17 +315,21 @@ class _Worker:
     self.state, self.since = "starting", time.monotonic()
 
   def kill(self):
-    if self.process.is_alive():
+    if self.process.poll() is None:
       self.process.kill()
-    self.process.join(timeout=5)
+    try:
+      self.process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+      pass
     self.conn.close()
+    _LIVE_WORKERS.discard(self)
 
 
 class VerifierPool:
   """Worker processes for the third-party verifiers.
 
-  Workers start lazily with the forkserver method (spawn where unavailable),
-  import the verifier library once (untimed), and run one call at a time,
+  Workers start lazily as fresh interpreters (`_WORKER_MAIN`), import the
+  verifier library once (untimed), and run one call at a time,
   each under an alarm of `timeout_s`. The caller hands each idle worker the
   next call and watches every busy one: a call still running
   `KILL_GRACE_S` after its alarm (e.g. stuck in C code) is killed with its
@@ -297,13 +344,9 @@ class VerifierPool:
   """
 
   def __init__(self, num_workers: Optional[int] = None,
-               memory_bytes: Optional[int] = DEFAULT_WORKER_MEMORY_BYTES,
-               start_method: Optional[str] = None):
+               memory_bytes: Optional[int] = DEFAULT_WORKER_MEMORY_BYTES):
     self.num_workers = num_workers or max(1, min(2, os.cpu_count() or 1))
     self.memory_bytes = memory_bytes
-    methods = multiprocessing.get_all_start_methods()
-    self._context = multiprocessing.get_context(start_method or (
-        "forkserver" if "forkserver" in methods else "spawn"))
     self._workers = []
     self._lock = threading.Lock()
     self.restarts = 0
@@ -373,8 +416,7 @@ class VerifierPool:
       results = {}
       while True:
         while queue and len(self._workers) < self.num_workers:
-          self._workers.append(_Worker(self._context, self.memory_bytes,
-                                       modules))
+          self._workers.append(_Worker(self.memory_bytes, modules))
         for worker in list(self._workers):
           if worker.state == "idle" and queue:
             position, prediction, reference = queue.popleft()

@@ -6,7 +6,6 @@ mark and in `python -m experiments.benchmarks.hostile`.
 """
 
 import collections
-import multiprocessing
 
 import pytest
 
@@ -69,8 +68,7 @@ def test_seeded_sample_through_every_verifier():
   assert set(results) == set(hostile.VERIFIERS)
   _check(results, items, timeout_s=1.0)
   # The pools are closed: no verifier worker outlives the run.
-  assert not [p for p in multiprocessing.active_children()
-              if p.name == "rl_rewards-verifier"]
+  assert not verifiers.live_worker_pids()
   table = hostile.table(results, len(items))
   assert "| math |" in table and "verifications/s" in table
 

@@ -1,9 +1,13 @@
 """Tests for rl_rewards.tasks.verifiers (limits, pool, batch API)."""
 
 import ctypes
-import multiprocessing
 import os
+import shutil
 import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
 import time
 
 from absl.testing import absltest
@@ -45,6 +49,16 @@ def _misbehave(prediction, reference):
     return float("nan")
   if prediction == "pid":
     return os.getpid() % 2
+  if prediction == "swallow":
+    try:
+      while True:
+        pass
+    except BaseException:  # pylint: disable=broad-except
+      pass  # The alarm, lost as in a garbage-collection callback.
+    while True:
+      pass
+  if prediction == "jax loaded":
+    return float("jax" in sys.modules)
   return float(prediction == reference)
 
 
@@ -238,10 +252,49 @@ class PooledTest(parameterized.TestCase):
     pool.run(_misbehave, [(0, "pid", "x"), (1, "hang", "x")], timeout_s=0.3)
     pids = pool.worker_pids()
     self.assertLen(pids, 1)  # The hung one was killed and not yet replaced.
+    self.assertContainsSubset(pids, verifiers.live_worker_pids())
     pool.close()
     self.assertEqual(pool.worker_pids(), [])
-    live = {p.pid for p in multiprocessing.active_children()}
-    self.assertFalse(set(pids) & live)
+    self.assertFalse(set(pids) & set(verifiers.live_worker_pids()))
+    for pid in pids:  # Stopped and reaped.
+      with self.assertRaises(ProcessLookupError):
+        os.kill(pid, 0)
+
+  def test_a_lost_alarm_is_followed_by_another(self):
+    pool = verifiers.VerifierPool(num_workers=1)
+    try:
+      results = pool.run_detailed(_misbehave, [(0, "swallow", "x")],
+                                  timeout_s=0.5)
+      self.assertEqual(results[0].status, "timeout")
+      self.assertLess(results[0].seconds, 0.5 + 0.4)
+      self.assertEqual(pool.restarts, 0)  # Stopped by the alarm, not killed.
+    finally:
+      pool.close()
+
+  def test_workers_do_not_import_the_callers_program(self):
+    # A program (its main module imports jax, like experiments/train.py)
+    # asks a worker whether jax is loaded there.
+    directory = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, directory)
+    program = os.path.join(directory, "program.py")
+    with open(program, "w") as f:
+      f.write(textwrap.dedent("""
+          import sys
+          import jax  # The program's own heavy imports.
+          sys.path[:0] = {path!r}
+          import verifiers_test
+          from rl_rewards.tasks import verifiers
+          if __name__ == "__main__":
+            pool = verifiers.VerifierPool(num_workers=1)
+            scores, _, _ = pool.run(verifiers_test._misbehave,
+                                    [(0, "jax loaded", "x")], timeout_s=30.0)
+            pool.close()
+            print("worker has jax:", scores[0])
+          """).format(path=sys.path))
+    result = subprocess.run([sys.executable, program], capture_output=True,
+                            text=True, timeout=120, check=True,
+                            env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    self.assertIn("worker has jax: 0.0", result.stdout)
 
   def test_a_missing_library_is_a_clear_error(self):
     pool = verifiers.VerifierPool(num_workers=1)
