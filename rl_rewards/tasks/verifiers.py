@@ -409,9 +409,12 @@ class VerifierPool:
       fn_module = getattr(getattr(score_fn, "func", score_fn), "__module__",
                           None)
       modules = set(modules) | ({fn_module} if fn_module else set())
-      for worker in self._workers:
+      for worker in list(self._workers):
         if worker.state == "idle" and not modules <= worker.modules:
-          worker.start_import(modules)
+          try:
+            worker.start_import(modules)
+          except (BrokenPipeError, ConnectionError, EOFError):
+            self._lose(worker)  # Died while idle: replaced below.
       queue = collections.deque(items)
       results = {}
       while True:
