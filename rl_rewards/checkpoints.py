@@ -10,11 +10,13 @@ ignored (and cleaned up) on the next start.
 
 import json
 import os
+import shutil
 
 import jax
 import orbax.checkpoint as ocp
 
 from rl_rewards import config_lib
+from rl_rewards import errors
 from rl_rewards import metrics as metrics_lib
 
 _DONE_FILE = "stage_done.json"
@@ -39,14 +41,30 @@ class Checkpointer:
     return self._manager.latest_step()
 
   def save(self, step: int, state, meta: dict):
-    """Writes a checkpoint for `step` (blocking until it is complete)."""
-    self._manager.save(
-        int(step),
-        args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state),
-            meta=ocp.args.JsonSave(meta)),
-        force=True)
-    self._manager.wait_until_finished()
+    """Writes a checkpoint for `step` (blocking until it is complete).
+
+    A full disk raises `OSError` (ENOSPC) naming the checkpoint; its partial
+    files are removed and the earlier checkpoints stay restorable.
+    """
+    try:
+      self._manager.save(
+          int(step),
+          args=ocp.args.Composite(
+              state=ocp.args.StandardSave(state),
+              meta=ocp.args.JsonSave(meta)),
+          force=True)
+      self._manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      if not errors.is_disk_full(e):
+        raise
+      for name in os.listdir(self.directory):
+        if name.startswith(f"{int(step)}.orbax-checkpoint-tmp"):
+          shutil.rmtree(os.path.join(self.directory, name),
+                        ignore_errors=True)
+      raise errors.disk_full(
+          os.path.join(self.directory, str(int(step))),
+          f"the latest complete checkpoint (step {self.latest_step()}) is "
+          "intact and a rerun resumes from it") from e
 
   def restore(self, abstract_state, step=None):
     """Restores `(state, meta)`; `abstract_state` fixes structure and sharding.
@@ -64,12 +82,29 @@ class Checkpointer:
     if step is None:
       raise FileNotFoundError(f"No complete checkpoint in {self.directory}.")
     target = jax.tree.map(ocp.utils.to_shape_dtype_struct, abstract_state)
+    self._check_matches(int(step), target)
     restored = self._manager.restore(
         int(step),
         args=ocp.args.Composite(
             state=ocp.args.StandardRestore(target),
             meta=ocp.args.JsonRestore()))
     return restored["state"], dict(restored["meta"])
+
+  def _check_matches(self, step: int, target):
+    """Raises InputError when the saved state has other names or shapes."""
+    saved = _shapes(self._manager.item_metadata(step)["state"])
+    wanted = _shapes(target)
+    problems = [f"{k} has shape {saved[k]} in the checkpoint, {wanted[k]} "
+                "here" for k in wanted if k in saved and saved[k] != wanted[k]]
+    for label, keys in (("not in the checkpoint", set(wanted) - set(saved)),
+                        ("only in the checkpoint", set(saved) - set(wanted))):
+      if keys:
+        problems.append(f"{label}: {', '.join(sorted(keys)[:4])}")
+    if problems:
+      raise errors.InputError(
+          f"{os.path.join(self.directory, str(step))}: the checkpoint does "
+          "not match the state of this run (written with another config?): "
+          f"{'; '.join(problems[:4])}.")
 
   def restore_raw(self, step=None):
     """The saved state as host numpy arrays, without a target structure.
@@ -112,6 +147,14 @@ class Checkpointer:
 
   def close(self):
     self._manager.close()
+
+
+def _shapes(tree) -> dict:
+  """{"a/b/c": shape} of a pytree of arrays, shape structs or metadata."""
+  flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+  return {"/".join(str(getattr(k, "key", getattr(k, "name", getattr(
+      k, "idx", k)))) for k in path): tuple(getattr(leaf, "shape", ()))
+          for path, leaf in flat}
 
 
 def restore_finished(workdir: str, stage: str, key: str):

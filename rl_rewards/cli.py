@@ -5,8 +5,9 @@ bad input. Before absl parses the command line, the config file named by
 `--config=path.py[:arg]` is loaded once and every `--config.a.b=v` override is
 checked against it, so an unknown key or a missing file is reported in one
 line naming the key (with a did-you-mean hint) instead of a traceback from
-inside ml_collections. Errors raised by the run itself as `ConfigError` are
-reported the same way.
+inside ml_collections. Errors of bad input raised by the run itself
+(`errors.InputError`, which `ConfigError` is, a missing file, a full disk)
+are reported the same way.
 """
 
 import difflib
@@ -19,6 +20,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from rl_rewards import config_lib
+from rl_rewards import errors
 
 
 def _fail(message: str):
@@ -124,7 +126,11 @@ def run(main, *, default_config: str | None = "configs/default.py"):
     logging.set_verbosity(logging.WARNING)
     try:
       return main(holder.value, argv)
-    except config_lib.ConfigError as e:
+    except (errors.InputError, FileNotFoundError) as e:
+      _fail(str(e))
+    except OSError as e:
+      if not errors.is_disk_full(e):
+        raise
       _fail(str(e))
 
   app.run(_main)

@@ -12,8 +12,10 @@ config.
 
 import ml_collections
 
+from rl_rewards import errors
 
-class ConfigError(ValueError):
+
+class ConfigError(errors.InputError):
   """A config value is missing, has the wrong type, or is out of range."""
 
 

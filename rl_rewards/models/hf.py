@@ -40,6 +40,7 @@ import numpy as np
 from safetensors import numpy as safetensors_numpy
 import safetensors
 
+from rl_rewards import errors
 from rl_rewards.models import config as config_lib
 from rl_rewards.models import model as model_lib
 
@@ -60,10 +61,22 @@ def _rope_theta(hf_config, path):
   rope_type = (rope.get("rope_type") or scaling.get("rope_type") or
                scaling.get("type") or "default")
   if rope_type != "default":
-    raise ValueError(f"{path}: rope type {rope_type!r} is not supported (only "
-                     "the default RoPE).")
+    raise errors.InputError(
+        f"{path}: rope type {rope_type!r} is not supported (only the default "
+        "RoPE).")
   theta = rope.get("rope_theta", hf_config.get("rope_theta", 10_000.0))
   return float(theta)
+
+
+def read_hf_config(config_path: str) -> Dict[str, Any]:
+  """The parsed config.json; errors name the file."""
+  if not os.path.isfile(config_path):
+    raise FileNotFoundError(f"{config_path} does not exist.")
+  try:
+    with open(config_path, encoding="utf-8") as f:
+      return json.load(f)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise errors.InputError(f"{config_path}: invalid JSON ({e}).") from None
 
 
 def config_from_hf(hf_config: Dict[str, Any], *, dtype: str = "float32",
@@ -81,48 +94,70 @@ def config_from_hf(hf_config: Dict[str, Any], *, dtype: str = "float32",
   Returns:
     The validated `ModelConfig`.
   """
+  if not isinstance(hf_config, dict):
+    raise errors.InputError(f"{path}: expected a JSON object, got "
+                            f"{type(hf_config).__name__}.")
   model_type = hf_config.get("model_type")
   if model_type not in _HF_ARCHITECTURES:
-    raise ValueError(f"{path}: model_type {model_type!r} is not supported; "
-                     f"expected one of {sorted(_HF_ARCHITECTURES)}.")
+    raise errors.InputError(
+        f"{path}: model_type {model_type!r} is not supported; expected one "
+        f"of {sorted(_HF_ARCHITECTURES)}.")
   if hf_config.get("hidden_act", "silu") != "silu":
-    raise ValueError(f"{path}: hidden_act {hf_config['hidden_act']!r} is not "
-                     "supported (only silu).")
+    raise errors.InputError(
+        f"{path}: hidden_act {hf_config['hidden_act']!r} is not supported "
+        "(only silu).")
   if model_type == "qwen2":
     if hf_config.get("use_sliding_window"):
-      raise ValueError(f"{path}: use_sliding_window=true is not supported.")
+      raise errors.InputError(
+          f"{path}: use_sliding_window=true is not supported.")
     attention_bias = True  # Qwen2 always has q/k/v biases.
   else:
     if hf_config.get("mlp_bias"):
-      raise ValueError(f"{path}: mlp_bias=true is not supported.")
+      raise errors.InputError(f"{path}: mlp_bias=true is not supported.")
     if hf_config.get("attention_bias"):
-      raise ValueError(f"{path}: attention_bias=true is not supported for "
-                       "Llama (it also adds an o_proj bias).")
+      raise errors.InputError(
+          f"{path}: attention_bias=true is not supported for Llama (it also "
+          "adds an o_proj bias).")
     attention_bias = False
+  def number(key, kind=int, default=None):
+    value = hf_config.get(key)
+    if value is None:  # Absent or null: the default, if there is one.
+      if default is None:
+        raise errors.InputError(f"{path}: missing key {key!r}.")
+      value = default
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or
+        (kind is int and value != int(value))):
+      raise errors.InputError(f"{path}: {key!r} must be "
+                              f"{'an integer' if kind is int else 'a number'}"
+                              f", got {value!r}.")
+    return kind(value)
+
+  num_heads = number("num_attention_heads")
+  hidden_size = number("hidden_size")
   try:
-    num_heads = int(hf_config["num_attention_heads"])
-    hidden_size = int(hf_config["hidden_size"])
-    head_dim = hf_config.get("head_dim") or hidden_size // num_heads
     return config_lib.ModelConfig(
-        vocab_size=int(hf_config["vocab_size"]),
+        vocab_size=number("vocab_size"),
         hidden_size=hidden_size,
-        num_layers=int(hf_config["num_hidden_layers"]),
+        num_layers=number("num_hidden_layers"),
         num_heads=num_heads,
-        num_kv_heads=int(hf_config.get("num_key_value_heads") or num_heads),
-        head_dim=int(head_dim),
-        intermediate_size=int(hf_config["intermediate_size"]),
+        num_kv_heads=number("num_key_value_heads", default=num_heads),
+        head_dim=(number("head_dim") if hf_config.get("head_dim") else
+                  hidden_size // max(num_heads, 1)),
+        intermediate_size=number("intermediate_size"),
         rope_theta=_rope_theta(hf_config, path),
-        rms_norm_eps=float(hf_config.get("rms_norm_eps", 1e-6)),
+        rms_norm_eps=number("rms_norm_eps", float, 1e-6),
         tie_word_embeddings=bool(hf_config.get("tie_word_embeddings", False)),
         attention_bias=attention_bias,
-        max_position_embeddings=int(
-            hf_config.get("max_position_embeddings", 2048)),
+        max_position_embeddings=number("max_position_embeddings",
+                                       default=2048),
         dtype=dtype,
         architecture=model_type,
         scan_layers=scan_layers,
         remat=remat)
-  except KeyError as e:
-    raise ValueError(f"{path}: missing key {e.args[0]!r}.") from None
+  except errors.InputError:
+    raise
+  except ValueError as e:  # ModelConfig's own checks.
+    raise errors.InputError(f"{path}: {e}") from None
 
 
 def config_to_hf(cfg: config_lib.ModelConfig) -> Dict[str, Any]:
@@ -230,6 +265,16 @@ def _get_path(tree, path):
 # --------------------------------------------------------------------- load --
 
 
+def _open_safetensors(file):
+  try:
+    return safetensors.safe_open(file, framework="numpy")
+  except Exception as e:  # pylint: disable=broad-except
+    # E.g. "Error while deserializing header: incomplete metadata".
+    raise errors.InputError(
+        f"{file}: not a readable safetensors file (truncated or corrupt?): "
+        f"{e}") from None
+
+
 class _TensorReader:
   """Reads single tensors from one or several safetensors files."""
 
@@ -237,15 +282,16 @@ class _TensorReader:
     single = os.path.join(path, _WEIGHTS_FILE)
     index = os.path.join(path, _INDEX_FILE)
     if os.path.isfile(single):
-      with safetensors.safe_open(single, framework="numpy") as f:
+      with _open_safetensors(single) as f:
         self._file_of = {name: single for name in f.keys()}
     elif os.path.isfile(index):
       try:
         with open(index) as f:
           weight_map = json.load(f)["weight_map"]
-      except (json.JSONDecodeError, KeyError) as e:
-        raise ValueError(f"{index}: not a safetensors index with a "
-                         f"'weight_map' ({e}).") from None
+      except (json.JSONDecodeError, UnicodeDecodeError, KeyError,
+              TypeError) as e:
+        raise errors.InputError(f"{index}: not a safetensors index with a "
+                                f"'weight_map' ({e}).") from None
       self._file_of = {name: os.path.join(path, file)
                        for name, file in weight_map.items()}
       for file in sorted(set(self._file_of.values())):
@@ -262,11 +308,22 @@ class _TensorReader:
 
   def get(self, name):
     if name not in self._file_of:
-      raise ValueError(f"{self.source}: tensor {name!r} is missing.")
+      raise errors.InputError(f"{self.source}: tensor {name!r} is missing.")
     file = self._file_of[name]
     if file not in self._handles:
-      self._handles[file] = safetensors.safe_open(file, framework="numpy")
-    return self._handles[file].get_tensor(name), file
+      self._handles[file] = _open_safetensors(file)
+    try:
+      tensor = self._handles[file].get_tensor(name)
+    except Exception as e:  # pylint: disable=broad-except
+      # safetensors' own error names neither the file nor the index.
+      raise errors.InputError(
+          f"{file}: cannot read tensor {name!r} (listed for it in "
+          f"{self.source}): {e}") from None
+    if tensor.dtype.kind in "biu":
+      raise errors.InputError(
+          f"{file}: tensor {name!r} has dtype {tensor.dtype}; model weights "
+          "must be floating point.")
+    return tensor, file
 
   def close(self):
     self._handles.clear()
@@ -295,13 +352,7 @@ def load_hf(path: str, *, dtype: str = "float32",
     the checkpoint holds `score.weight`.
   """
   config_path = os.path.join(path, _CONFIG_FILE)
-  if not os.path.isfile(config_path):
-    raise FileNotFoundError(f"{config_path} does not exist.")
-  with open(config_path) as f:
-    try:
-      hf_config = json.load(f)
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{config_path}: invalid JSON ({e}).") from None
+  hf_config = read_hf_config(config_path)
   cfg = config_from_hf(hf_config, dtype=dtype, path=config_path,
                        scan_layers=scan_layers, remat=remat)
   reader = _TensorReader(path)
@@ -312,9 +363,9 @@ def load_hf(path: str, *, dtype: str = "float32",
     name, shape, to_ours, _ = layouts[ours]
     tensor, file = reader.get(name)
     if tuple(tensor.shape) != shape:
-      raise ValueError(f"{file}: tensor {name!r} has shape "
-                       f"{tuple(tensor.shape)}, expected {shape} from "
-                       f"{config_path}.")
+      raise errors.InputError(f"{file}: tensor {name!r} has shape "
+                              f"{tuple(tensor.shape)}, expected {shape} from "
+                              f"{config_path}.")
     return np.ascontiguousarray(to_ours(tensor.astype(np.float32)))
 
   # Destination paths in the layout of cfg, each with its per-layer sources.
@@ -352,6 +403,10 @@ def load_hf(path: str, *, dtype: str = "float32",
 def save_hf(path: str, cfg: config_lib.ModelConfig, params: Params) -> None:
   """Writes config.json and model.safetensors (float32) in the HF layout.
 
+  The files are written under temporary names and renamed when complete; a
+  save that fails (a full disk raises `OSError` ENOSPC naming `path`) leaves
+  the files already in `path` unchanged.
+
   The result loads with transformers' `AutoModelForCausalLM.from_pretrained`
   and with `load_hf`; save -> load -> save is bit-identical. `params` are in
   the layout of `cfg` (stacked when `cfg.scan_layers`); the files are the
@@ -379,8 +434,22 @@ def save_hf(path: str, cfg: config_lib.ModelConfig, params: Params) -> None:
       raise ValueError(f"params {'/'.join(ours)} gives {name!r} of shape "
                        f"{tensors[name].shape}, expected {shape}.")
   os.makedirs(path, exist_ok=True)
-  safetensors_numpy.save_file(tensors, os.path.join(path, _WEIGHTS_FILE),
-                              metadata={"format": "pt"})
-  with open(os.path.join(path, _CONFIG_FILE), "w") as f:
-    json.dump(config_to_hf(cfg), f, indent=2, sort_keys=True)
-    f.write("\n")
+  # Both files are written under temporary names first, so a failed save
+  # (e.g. a full disk) leaves an earlier export in `path` as it was.
+  final = [os.path.join(path, _WEIGHTS_FILE), os.path.join(path, _CONFIG_FILE)]
+  temporary = [f"{name}.tmp{os.getpid()}" for name in final]
+  try:
+    safetensors_numpy.save_file(tensors, temporary[0],
+                                metadata={"format": "pt"})
+    with open(temporary[1], "w") as f:
+      json.dump(config_to_hf(cfg), f, indent=2, sort_keys=True)
+      f.write("\n")
+  except BaseException as e:
+    for name in temporary:
+      if os.path.exists(name):
+        os.remove(name)
+    if errors.is_disk_full(e):
+      raise errors.disk_full(path, "files already there are unchanged") from e
+    raise
+  for tmp, name in zip(temporary, final):
+    os.replace(tmp, name)

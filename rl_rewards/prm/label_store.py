@@ -28,6 +28,7 @@ import math
 import os
 import re
 
+from rl_rewards import errors
 from rl_rewards.data import jsonl
 
 MANIFEST = "manifest.json"
@@ -55,11 +56,21 @@ def _json_value(value):
 
 
 def _atomic_write(path: str, text: str):
+  """Writes `path` whole or not at all; a full disk removes the partial
+  temporary file and raises an ENOSPC `OSError` naming `path`."""
   tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
+  try:
+    with open(tmp, "w", encoding="utf-8") as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+  except BaseException as e:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    if errors.is_disk_full(e):
+      raise errors.disk_full(path, "the shards already written are intact "
+                             "and a rerun resumes after them") from e
+    raise
   os.replace(tmp, path)
 
 
@@ -87,35 +98,37 @@ def complete_shards(directory: str) -> list[int]:
 def validate_record(record, where: str):
   """Raises ValueError (naming `where`) if a record is malformed."""
   if not isinstance(record, dict):
-    raise ValueError(f"{where}: expected a JSON object, got "
-                     f"{type(record).__name__}.")
+    raise errors.InputError(f"{where}: expected a JSON object, got "
+                            f"{type(record).__name__}.")
   for field, kind in _FIELDS.items():
     if field not in record:
-      raise ValueError(f"{where}: missing field {field!r}.")
+      raise errors.InputError(f"{where}: missing field {field!r}.")
     value = record[field]
     if isinstance(value, bool) and kind is not bool:
-      raise ValueError(f"{where}: field {field!r} must not be a bool.")
+      raise errors.InputError(f"{where}: field {field!r} must not be a bool.")
     if not isinstance(value, kind):
-      raise ValueError(f"{where}: field {field!r} has type "
-                       f"{type(value).__name__}.")
+      raise errors.InputError(f"{where}: field {field!r} has type "
+                              f"{type(value).__name__}.")
   num_steps = len(record["hard"])
   if num_steps < 1:
-    raise ValueError(f"{where}: a solution has at least one step.")
+    raise errors.InputError(f"{where}: a solution has at least one step.")
   for field in ("q", "rollouts") + (("oracle",) if record["oracle"] is not None
                                     else ()):
     if len(record[field]) != num_steps:
-      raise ValueError(f"{where}: field {field!r} has {len(record[field])} "
-                       f"entries, 'hard' has {num_steps}.")
+      raise errors.InputError(
+          f"{where}: field {field!r} has {len(record[field])} "
+          f"entries, 'hard' has {num_steps}.")
   for q in record["q"]:
     if q is not None and not (isinstance(q, (int, float)) and
                               (math.isnan(q) or 0.0 <= q <= 1.0)):
-      raise ValueError(f"{where}: q values must be in [0, 1] or null, got "
-                       f"{q!r}.")
+      raise errors.InputError(
+          f"{where}: q values must be in [0, 1] or null, got "
+          f"{q!r}.")
   if any(h not in (0, 1) for h in record["hard"]):
-    raise ValueError(f"{where}: hard labels must be 0 or 1.")
+    raise errors.InputError(f"{where}: hard labels must be 0 or 1.")
   if not all(isinstance(t, int) for t in record["response_ids"] +
              record["prompt_ids"]):
-    raise ValueError(f"{where}: token ids must be ints.")
+    raise errors.InputError(f"{where}: token ids must be ints.")
 
 
 def read_shard(path: str) -> list[dict]:
@@ -138,15 +151,17 @@ def read_manifest(directory: str) -> dict:
   """The manifest of a complete label set; ValueError if there is none."""
   path = os.path.join(directory, MANIFEST)
   if not os.path.exists(path):
-    raise ValueError(f"{directory}: not a complete label set (no {MANIFEST}; "
-                     "run the labels stage to the end).")
+    raise errors.InputError(
+        f"{directory}: not a complete label set (no {MANIFEST}; "
+        "run the labels stage to the end).")
   try:
     with open(path, encoding="utf-8") as f:
       manifest = json.load(f)
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path}: invalid JSON ({e.msg}).") from None
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise errors.InputError(
+        f"{path}: invalid JSON ({getattr(e, 'msg', e)}).") from None
   if not isinstance(manifest, dict) or "num_shards" not in manifest:
-    raise ValueError(f"{path}: missing field 'num_shards'.")
+    raise errors.InputError(f"{path}: missing field 'num_shards'.")
   return manifest
 
 
@@ -156,12 +171,35 @@ def read_shards(directory: str, num_shards: int) -> list[dict]:
   for shard in range(num_shards):
     path = shard_path(directory, shard)
     if not os.path.exists(path):
-      raise ValueError(f"{directory}: shard {shard} is missing ({path}).")
+      raise errors.InputError(
+          f"{directory}: shard {shard} is missing ({path}).")
     records.extend(read_shard(path))
   return records
 
 
 def read_label_set(directory: str) -> tuple[dict, list[dict]]:
-  """(manifest, all records in shard order) of a complete label set."""
+  """(manifest, all records in shard order) of a complete label set.
+
+  The manifest and the shards must agree: exactly shards 0 .. num_shards − 1
+  on disk, holding `num_solutions` records (when the manifest has it).
+  """
   manifest = read_manifest(directory)
-  return manifest, read_shards(directory, int(manifest["num_shards"]))
+  where = os.path.join(directory, MANIFEST)
+  num_shards = manifest["num_shards"]
+  if isinstance(num_shards, bool) or not isinstance(num_shards, int) or (
+      num_shards < 1):
+    raise errors.InputError(f"{where}: num_shards must be a positive integer, "
+                            f"got {num_shards!r}.")
+  extra = [s for s in complete_shards(directory) if s >= num_shards]
+  if extra:
+    raise errors.InputError(
+        f"{where}: the manifest lists {num_shards} shards, but "
+        f"{shard_path(directory, extra[0])} is also there (a label set "
+        "written by another run?).")
+  records = read_shards(directory, num_shards)
+  expected = manifest.get("num_solutions")
+  if expected is not None and expected != len(records):
+    raise errors.InputError(
+        f"{where}: the manifest counts {expected} solutions, but its "
+        f"{num_shards} shards hold {len(records)}.")
+  return manifest, records

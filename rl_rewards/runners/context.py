@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl_rewards import checkpoints
+from rl_rewards import config_lib
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import models
 from rl_rewards.sharding import axes
@@ -61,8 +62,75 @@ def param_shardings(model_config, mesh, heads=("lm",)):
   return mesh_lib.logical_to_shardings(logical, mesh)
 
 
-def place_params(ctx: RunContext, params, heads=("lm",)):
-  """Host or device parameters -> on the mesh with their shardings."""
+def _flat_shapes(tree) -> dict:
+  flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+  return {"/".join(_path_key(path)): tuple(np.shape(leaf))
+          for path, leaf in flat}
+
+
+def check_params_match(model_config, params, heads, source: str):
+  """Raises ConfigError when `params` are not shaped for `model_config`.
+
+  Args:
+    model_config: this run's model.
+    params: parameters loaded from elsewhere (another run's checkpoint).
+    heads: the heads `params` should have.
+    source: what they came from, for the message (e.g. "config.sft.init_from:
+      /runs/a").
+  """
+  expected = _flat_shapes(models.abstract_params(model_config, heads=heads))
+  got = _flat_shapes(params)
+  problems = [f"{k} has shape {got[k]}, this model needs {expected[k]}"
+              for k in expected if k in got and got[k] != expected[k]]
+  missing = sorted(set(expected) - set(got))
+  unexpected = sorted(set(got) - set(expected))
+  if missing:
+    problems.append(f"missing {', '.join(missing[:4])}")
+  if unexpected:
+    problems.append(f"unexpected {', '.join(unexpected[:4])}")
+  if problems:
+    raise config_lib.ConfigError(
+        f"{source}: the saved parameters do not fit this run's model (were "
+        f"they trained with another model config?): {'; '.join(problems[:4])}"
+        f"{' ...' if len(problems) > 4 else ''}.")
+
+
+def check_param_shardings(model_config, mesh, heads=("lm", "score")):
+  """Raises ConfigError when the mesh splits a parameter dimension unevenly.
+
+  Uses the active rules table (call inside `mesh_lib.activate`).
+  """
+  shapes = models.abstract_params(model_config, heads=heads)
+  logical = models.param_logical_axes(model_config, heads=heads)
+  shardings = param_shardings(model_config, mesh, heads)
+  flat, _ = jax.tree_util.tree_flatten_with_path(shapes)
+  for (path, leaf), names, sharding in zip(
+      flat, jax.tree.leaves(logical, is_leaf=lambda x: isinstance(
+          x, jax.sharding.PartitionSpec)), jax.tree.leaves(shardings)):
+    for dim, entry in enumerate(sharding.spec):
+      axes_of_dim = (() if entry is None else
+                     entry if isinstance(entry, tuple) else (entry,))
+      ways = int(np.prod([mesh.shape[a] for a in axes_of_dim]))
+      if leaf.shape[dim] % ways:
+        key = (f"config.mesh.{axes_of_dim[0]}" if len(axes_of_dim) == 1
+               else "config.mesh")
+        split = " x ".join(f"{a}={mesh.shape[a]}" for a in axes_of_dim)
+        raise config_lib.ConfigError(
+            f"{key}: {split} splits dimension {dim} ('{names[dim]}', size "
+            f"{leaf.shape[dim]}) of parameter {'/'.join(_path_key(path))} "
+            f"{tuple(leaf.shape)} into {ways} parts, which does not divide it; "
+            "choose mesh sizes that divide it, or map that logical axis to "
+            "other mesh axes with config.mesh.rules.")
+
+
+def place_params(ctx: RunContext, params, heads=("lm",), source: str = ""):
+  """Host or device parameters -> on the mesh with their shardings.
+
+  With `source` (where they came from, named in errors) the parameters are
+  first checked against this run's model: see `check_params_match`.
+  """
+  if source:
+    check_params_match(ctx.model_config, params, heads, source)
   return jax.device_put(params,
                         param_shardings(ctx.model_config, ctx.mesh, heads))
 

@@ -51,7 +51,7 @@ def _model_config(config, vocab_size):
   if not os.path.exists(path):
     raise config_lib.ConfigError(
         f"config.model.hf_path: {config.model.hf_path} has no config.json.")
-  return hf_lib.config_from_hf(metrics_lib.read_json(path),
+  return hf_lib.config_from_hf(hf_lib.read_hf_config(path),
                                dtype=config.model.dtype, path=path,
                                scan_layers=config.model.scan_layers,
                                remat=config.model.remat)
@@ -72,8 +72,11 @@ def initial_params(ctx):
 
 
 def _mesh_and_rules(config):
-  mesh = mesh_lib.make_mesh(
-      {name: config.mesh[name] for name in mesh_lib.axes.MESH_AXES})
+  try:
+    mesh = mesh_lib.make_mesh(
+        {name: config.mesh[name] for name in mesh_lib.axes.MESH_AXES})
+  except ValueError as e:
+    raise config_lib.ConfigError(f"config.{e}") from None
   try:
     rules = mesh_lib.parse_rules(config.mesh.rules)
   except ValueError as e:
@@ -103,25 +106,42 @@ def build_context(config, workdir: str) -> context_lib.RunContext:
   methods.check_config(config)
   os.makedirs(workdir, exist_ok=True)
   hf_tokenizer = _hf_tokenizer(config)
+  if hf_tokenizer is not None and config.model.hf_path:
+    # Before any data is prepared: the files disagree.
+    _check_vocab(config, hf_tokenizer, _model_config(config, None))
   task = tasks_lib.make_task(config.task, config.seed, tokenizer=hf_tokenizer,
                              workdir=workdir)
   model_config = _model_config(config, task.tokenizer.vocab_size)
-  if task.tokenizer.vocab_size > model_config.vocab_size:
-    raise config_lib.ConfigError(
-        f"config.model: the tokenizer has {task.tokenizer.vocab_size} tokens, "
-        f"more than the model's vocabulary of {model_config.vocab_size}.")
+  _check_vocab(config, task.tokenizer, model_config)
   needed = config.task.max_prompt_len + config.task.max_new_tokens
   if needed > model_config.max_position_embeddings:
     raise config_lib.ConfigError(
         f"config.task: max_prompt_len + max_new_tokens = {needed} exceeds "
         f"the model context of {model_config.max_position_embeddings}.")
   mesh, rules = _mesh_and_rules(config)
+  with mesh_lib.activate(mesh, rules):
+    context_lib.check_param_shardings(model_config, mesh)
   _check_config_file(config, workdir)
   return context_lib.RunContext(
       config=config, workdir=workdir, mesh=mesh, task=task,
       model_config=model_config,
       writer=metrics_lib.MetricsWriter(workdir),
       stage_order=config_lib.stage_names(config), rules=rules)
+
+
+def _check_vocab(config, tokenizer, model_config):
+  """The tokenizer's ids must all be rows of the model's embedding."""
+  if tokenizer.vocab_size <= model_config.vocab_size:
+    return
+  where = getattr(tokenizer, "path", "the task's tokenizer")
+  key = ("config.model.tokenizer_path" if config.model.tokenizer_path
+         else "config.model")
+  model = (os.path.join(config.model.hf_path, "config.json")
+           if config.model.hf_path else f"the {config.model.size} preset")
+  raise config_lib.ConfigError(
+      f"{key}: the tokenizer {where} has {tokenizer.vocab_size} tokens, more "
+      f"than the vocabulary of the model ({model}: vocab_size "
+      f"{model_config.vocab_size}); use the tokenizer made for this model.")
 
 
 # Keys that may change when a workdir is resumed: budgets (to extend a run)

@@ -105,7 +105,8 @@ def load_stage_params(ctx, workdir: str, stage: str, key: str):
   (`key`: the config key that named `workdir`, for errors)."""
   state, _ = checkpoints.restore_finished(workdir, stage, key)
   params = state["policy"]["params"] if "policy" in state else state["params"]
-  return context_lib.place_params(ctx, params)
+  return context_lib.place_params(ctx, params,
+                                  source=f"config.{key}: {workdir}")
 
 
 # ---------------------------------------------------------------- labels ---
@@ -318,8 +319,11 @@ def load_finished_prm(ctx, workdir: str):
   meta = done["summary"]
   kind = meta["prm/model"]
   heads = MODEL_HEADS[kind]
-  params = context_lib.place_params(ctx, state["prm"]["params"], heads)
-  reference = (context_lib.place_params(ctx, state["reference"])
+  source = f"config.prm.init_from: {workdir}"
+  params = context_lib.place_params(ctx, state["prm"]["params"], heads,
+                                    source=source)
+  reference = (context_lib.place_params(ctx, state["reference"],
+                                        source=source)
                if kind == "implicit" else None)
   print(f"[prm] reusing the trained {kind} PRM of {workdir} "
         f"(step {done['step']})")

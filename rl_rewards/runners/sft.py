@@ -53,7 +53,8 @@ def put_step_batch(ctx, step: int):
 def load_finished(ctx, workdir: str):
   """The policy and summary of a finished SFT stage in another workdir."""
   state, done = checkpoints.restore_finished(workdir, STAGE, "sft.init_from")
-  params = context_lib.place_params(ctx, state["params"])
+  params = context_lib.place_params(ctx, state["params"],
+                                   source=f"config.sft.init_from: {workdir}")
   print(f"[sft] reusing the finished SFT policy of {workdir} "
         f"(step {done['step']})")
   return params, dict(done["summary"], **{"sft/init_from": workdir})

@@ -9,6 +9,7 @@ plus the ground-truth step labels when the task has them).
 import dataclasses
 import os
 
+from absl import logging
 import numpy as np
 
 from rl_rewards.data import builders
@@ -131,6 +132,10 @@ class TextProblem:
   entry: object = None  # The reasoning-gym entry (for its scorer).
 
 
+# Verifier outcomes that are logged when they happen.
+_TROUBLE = ("timeouts", "errors", "crashes", "wrong_type", "oversize")
+
+
 class TextTask(_PromptEncoding):
   """A question/answer dataset: GSM8K or MATH JSONL files, or reasoning-gym.
 
@@ -149,6 +154,9 @@ class TextTask(_PromptEncoding):
 
   def __init__(self, task_config, seed: int, tokenizer, data_dir: str):
     self.kind = task_config.name
+    # What the verifier did: the last batch, and all batches so far.
+    self.last_verifier_stats = verifiers.VerifierStats()
+    self.verifier_stats_total = verifiers.VerifierStats()
     self.seed = seed
     self.delimiter = task_config.delimiter
     self.tokenizer = tokenizer
@@ -233,6 +241,16 @@ class TextTask(_PromptEncoding):
     rewards, stats = verifiers.verify_batch(
         kind, predictions, references, timeout_s=self.verifier_timeout_s)
     self.last_verifier_stats = stats
+    self.verifier_stats_total = self.verifier_stats_total + stats
+    trouble = {k: v for k, v in stats.as_dict().items()
+               if k in _TROUBLE and v}
+    if trouble:
+      # Each of these scored 0; none stalls training (verifiers.py).
+      logging.warning("verifier %s: %s of %d calls (max call %.2f s); since "
+                      "the start: %s", kind, trouble, stats.calls,
+                      stats.max_call_s,
+                      {k: v for k, v in self.verifier_stats_total.as_dict()
+                       .items() if k in _TROUBLE or k == "calls"})
     n = len(texts)
     num_steps = np.array([len(self.split_steps(t)) for t in texts], np.int32)
     empty = np.array([sum(1 for s in self.split_steps(t) if not s)

@@ -46,6 +46,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from rl_rewards import errors
 from rl_rewards.sharding import axes
 
 P = jax.sharding.PartitionSpec
@@ -128,7 +129,7 @@ def check_batch_divides(batch_size: int, mesh: jax.sharding.Mesh, what: str):
   """Raises a clear error when a batch cannot be split evenly over the mesh."""
   ways = batch_axis_size(mesh)
   if batch_size % ways:
-    raise ValueError(
+    raise errors.InputError(
         f"{what}: batch size {batch_size} is not divisible by the "
         f"{ways}-way data parallelism of the mesh {dict(mesh.shape)}; choose "
         f"a multiple of {ways}.")

@@ -24,6 +24,8 @@ from typing import Optional, Protocol, Sequence
 
 import numpy as np
 
+from rl_rewards import errors
+
 ARITH_ALPHABET = "0123456789+-=\n#"
 PLAIN_PROMPT = "{question}"
 
@@ -325,7 +327,7 @@ def encode_prompts(tokenizer: Tokenizer, questions: Sequence[str],
   for b, question in enumerate(questions):
     ids = _prompt_ids(tokenizer, question)
     if len(ids) > max_prompt_len:
-      raise ValueError(
+      raise errors.InputError(
           f"prompt {b} has {len(ids)} tokens (including BOS), more than "
           f"max_prompt_len={max_prompt_len}: {question[:80]!r}.")
     if ids:

@@ -34,3 +34,20 @@ def test_invalid_value_names_the_key(tmp_path):
   assert result.returncode == 2
   assert "config.rl.group_size: must be a positive number" in result.stderr
   assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    # absl rejects a value of the wrong type for a typed config field.
+    (["--config.rl.group_size=eight"],
+     "flag --config.rl.group_size=eight: invalid literal for int()"),
+    # Errors of bad input raised by the run (errors.InputError): one line.
+    (["--config.mesh.data=3"],
+     "error: config.mesh: axis sizes {'data': 3, 'fsdp': 1, 'tensor': 1} "
+     "multiply to 3, but 8 devices are available."),
+])
+def test_bad_values_fail_without_a_traceback(tmp_path, args, message):
+  result = _run("--config=configs/default.py:size=test", *args,
+                f"--workdir={tmp_path}")
+  assert result.returncode != 0
+  assert message in result.stderr
+  assert "Traceback" not in result.stderr
