@@ -108,8 +108,23 @@ def rollout(ctx, params, step: int):
   reward_s = time.time() - t0
   num_tokens = mesh_lib.process_sums({"tokens": host["lengths"].sum()})
   info = {"lengths": host["lengths"], "rows": rows,
-          "num_tokens": int(num_tokens["tokens"]), "reward_s": reward_s}
+          "num_tokens": int(num_tokens["tokens"]), "reward_s": reward_s,
+          "verifier": verifier_metrics(task)}
   return out, scored, info
+
+
+def verifier_metrics(task) -> dict:
+  """The outcome verifier's call counts of the last scoring (text tasks):
+  `verifier/calls`, `timeouts`, `crashes`, `oversize`, `wrong_type`, ...
+  summed over processes, and this process's slowest call `max_call_s`."""
+  stats = getattr(task, "last_verifier_stats", None)
+  if stats is None:
+    return {}
+  counts = stats.as_dict()
+  slowest = counts.pop("max_call_s")
+  out = {f"verifier/{k}": v for k, v in mesh_lib.process_sums(counts).items()}
+  out["verifier/max_call_s"] = slowest
+  return out
 
 
 def accuracy_filter(rewards, group_size: int, low: float, high: float):
@@ -447,6 +462,7 @@ def run(ctx, params, ref_params=None, verifier=None):
     seconds += t4 - t0
     record.update(rollout_metrics(scored, info["lengths"], cfg.group_size,
                                   ctx.task.has_step_labels))
+    record.update(info["verifier"])
     record.update({
         "time/rollout_s": t1 - t0 - info["reward_s"],
         "time/reward_s": info["reward_s"], "time/prm_s": t2 - t1,
