@@ -28,6 +28,10 @@ setuptools.setup(
         "importlib_resources>=5",
         "numpy>=1.26",
         "matplotlib>=3.8",
+        # TensorBoard event files (rl_rewards/event_files.py): its writer
+        # needs neither TensorFlow nor PyTorch, and it gives the `tensorboard`
+        # command to watch runs.
+        "tensorboard>=2.12,<3",
     ],
     extras_require={
         "test": [
@@ -37,6 +41,12 @@ setuptools.setup(
             "nbclient>=0.10,<1",
             "nbformat>=5.9,<6",
             "ipykernel>=6.29,<8",
+            # The W&B logging tests (offline, no network).
+            "wandb>=0.19.10,<1",
+        ],
+        # Weights & Biases logging (`--config.logging.wandb_project=...`).
+        "wandb": [
+            "wandb>=0.19.10,<1",
         ],
         # Peers for parity tests and side-by-side benchmarks (CPU torch).
         "hf": [

@@ -14,6 +14,14 @@ prints accuracy after SFT and after RL, the verifier's quality and where
 the time went. Every stage is cached in the workdir, so a later run reuses
 it: `--config=configs/pure.py:sft=runs/default,labels=runs/default`.
 `--config=configs/default.py:size=test` shrinks everything for smoke tests.
+
+Follow it live: `tensorboard --logdir runs/default/tensorboard` (every
+metric, tagged `<stage>/<metric>` against the stage's step; a resumed run
+shows each step once), `--config.logging.wandb_project=NAME` to log it to
+Weights & Biases as well (`pip install -e '.[wandb]'`), and
+`python -m experiments.plot --workdir=runs/default` for its curves as a PNG
+(`docs/default_job.png`). Labels and evaluations show progress with an ETA.
+See `config.logging` in `rl_rewards/config_lib.py`.
 """
 
 import os

@@ -6,8 +6,21 @@ at the boundary (the runner calls it before doing any work) and raises
 `ConfigError` naming the offending key.
 
 Sections map one-to-one to components: `task`, `model`, `mesh`, `sft`, `rl`,
-`eval`, `checkpoint`. Components receive their own section, never the whole
-config.
+`labels`, `prm`, `prm_eval`, `eval`, `checkpoint`, `logging`. Components
+receive their own section, never the whole config.
+
+Following a run live (`logging`): every metric a run writes to
+`<workdir>/metrics.jsonl` is also written to TensorBoard event files under
+`<workdir>/tensorboard/` (`logging.tensorboard`, on by default; watch with
+`tensorboard --logdir <workdir>/tensorboard`, tags `<stage>/<metric>` against
+the stage's step) and, when `logging.wandb_project` is set, to a Weights &
+Biases run that a restarted run resumes (`pip install -e '.[wandb]'`;
+`logging.wandb_mode=offline` writes it under `<workdir>/wandb/` for a later
+`wandb sync`). `python -m experiments.plot --workdir=<workdir>` draws the
+run's curves to a PNG at any time. Long host-side loops (labels, evaluation,
+PRM evaluation, search) show a progress bar with rate and ETA on a terminal
+and a plain line every `logging.progress_every_s` seconds otherwise. The
+whole `logging` section may change when a workdir is resumed.
 """
 
 import ml_collections
@@ -292,6 +305,19 @@ def base_config():
   ))
 
   c.checkpoint = ml_collections.ConfigDict(dict(max_to_keep=2))
+
+  # Where metrics go besides metrics.jsonl, and how progress is shown (see
+  # the module docstring, "Following a run live").
+  c.logging = ml_collections.ConfigDict(dict(
+      tensorboard=True,        # Event files under <workdir>/tensorboard/.
+      wandb_project="",        # A W&B project: log the run there ("": off).
+      wandb_entity="",         # W&B user or team ("": your default entity).
+      wandb_mode="online",     # online | offline (no network; wandb sync).
+      # Progress of long host-side loops: auto (a bar on a terminal, plain
+      # lines otherwise) | bar | lines | off.
+      progress="auto",
+      progress_every_s=30.0,   # Seconds between plain progress lines.
+  ))
   return c
 
 
@@ -486,6 +512,26 @@ def _validate_prm(config):
            f"must be >= 0, got {prm.pass_micro_batch_size}.")
 
 
+_WANDB_MODES = ("online", "offline")
+_PROGRESS = ("auto", "bar", "lines", "off")
+
+
+def _validate_logging(logging):
+  _require(logging.wandb_mode in _WANDB_MODES, "logging.wandb_mode",
+           f"must be one of {_WANDB_MODES}, got {logging.wandb_mode!r}.")
+  _require(not logging.wandb_entity or logging.wandb_project,
+           "logging.wandb_entity", "is set but logging.wandb_project is "
+           "not; set the project to log to W&B.")
+  for key in ("wandb_project", "wandb_entity"):
+    _require(not any(c in logging[key] for c in "/\\#?%:"),
+             f"logging.{key}", f"must not contain / \\ # ? % or :, got "
+             f"{logging[key]!r}.")
+  _require(logging.progress in _PROGRESS, "logging.progress",
+           f"must be one of {_PROGRESS}, got {logging.progress!r}.")
+  _require(logging.progress_every_s > 0, "logging.progress_every_s",
+           f"must be > 0, got {logging.progress_every_s}.")
+
+
 def validate(config):
   """Checks keys, types and ranges; raises ConfigError naming the key."""
   _check_keys(config, base_config())
@@ -573,6 +619,7 @@ def validate(config):
                      "rl.pass_micro_batch_size",
                      "the rollout batch prompts_per_step * group_size")
   _validate_prm(config)
+  _validate_logging(config.logging)
   _require(config.eval.size_per_k > 0, "eval.size_per_k", "must be > 0.")
   _require(config.eval.pass_n >= 1, "eval.pass_n", "must be >= 1.")
   return config

@@ -9,6 +9,14 @@ run resumes from a checkpoint, the metric records that the resumed steps will
 produce again are dropped first, so the file never holds duplicates. In a
 multi-process run only process 0 writes these files (`is_primary`); the
 others compute the same numbers and skip the writes.
+
+The same writer mirrors every record to the run's live views, set by
+`config.logging`: TensorBoard event files under `<workdir>/tensorboard/`
+(`rl_rewards/event_files.py`, on by default) and a Weights & Biases run
+(`rl_rewards/wandb_run.py`, when `logging.wandb_project` is set). They are
+opened at the first write of a process, from `metrics.jsonl` as it is then
+(so what a killed run wrote but did not flush is restored), and follow every
+`drop_after`, so they never show a point twice.
 """
 
 import json
@@ -86,26 +94,106 @@ def read_metrics(workdir: str) -> list[dict]:
   return records
 
 
-class MetricsWriter:
-  """Appends metric records to `<workdir>/metrics.jsonl` (primary process
-  only; on the other processes every method does nothing)."""
+def scalar_value(value):
+  """A metric value as a float, or None if it is not a number.
 
-  def __init__(self, workdir: str):
+  Non-finite floats come back from the strings they are stored as.
+  """
+  if isinstance(value, bool):
+    return None
+  if isinstance(value, (int, float)):
+    return float(value)
+  if isinstance(value, str) and value in ("nan", "inf", "-inf"):
+    return float(value)
+  return None
+
+
+def scalar_entry(record: dict):
+  """`(stage, step, wall_time, {metric: float})` of a metrics record: what
+  the live views plot (strings, flags and lists are left out)."""
+  scalars = {}
+  for key, value in record.items():
+    if key in ("stage", "step", "time"):
+      continue
+    number = scalar_value(value)
+    if number is not None:
+      scalars[key] = number
+  return (str(record.get("stage")), int(record.get("step", 0)),
+          float(record.get("time", 0.0)), scalars)
+
+
+def _logging_value(logging, key, default):
+  if logging is None:
+    return default
+  return logging.get(key, default)
+
+
+class MetricsWriter:
+  """Appends metric records to `<workdir>/metrics.jsonl` and mirrors them to
+  the live views (primary process only; on the other processes every method
+  does nothing).
+
+  Args:
+    workdir: the run's directory.
+    logging: `config.logging` (or a dict with its keys); None: only
+      `metrics.jsonl`.
+    stage_order: the run's stages in order. With it, a stage's first write
+      in a process that did not `drop_after` for it (a stage that starts
+      over, having no checkpoint) first drops that stage's records and the
+      later stages' left by an earlier, killed attempt.
+    run_config: the resolved config as a dict (the W&B run's config).
+  """
+
+  def __init__(self, workdir: str, *, logging=None, stage_order=None,
+               run_config: dict | None = None):
+    self._workdir = workdir
     self._path = os.path.join(workdir, METRICS_FILE)
     self._file = open(self._path, "a") if is_primary() else None
+    self._logging = logging
+    self._stage_order = list(stage_order or [])
+    self._run_config = run_config
+    self._sinks = None  # Opened at the first write or drop_after.
+    self._declared = set()  # Stages that started writing in this process.
+
+  def _make_sinks(self):
+    sinks = []
+    if _logging_value(self._logging, "tensorboard", False):
+      from rl_rewards import event_files  # pylint: disable=g-import-not-at-top
+      sinks.append(event_files.EventFileSink(
+          os.path.join(self._workdir, event_files.DIRNAME)))
+    project = _logging_value(self._logging, "wandb_project", "")
+    if project:
+      from rl_rewards import wandb_run  # pylint: disable=g-import-not-at-top
+      sinks.append(wandb_run.WandbSink(
+          self._workdir, project=project,
+          entity=_logging_value(self._logging, "wandb_entity", ""),
+          mode=_logging_value(self._logging, "wandb_mode", "online"),
+          config=self._run_config))
+    return sinks
+
+  def _sync_sinks(self, records):
+    """Opens the live views if needed and makes them hold `records`."""
+    if self._sinks is None:
+      self._sinks = self._make_sinks()
+    if self._sinks:
+      entries = [scalar_entry(r) for r in records]
+      for sink in self._sinks:
+        sink.replace(entries)
 
   def drop_after(self, stage_order: list[str], stage: str, step: int):
     """Drops records that a resume from `(stage, step)` will produce again.
 
     Keeps records of earlier stages and of `stage` up to `step`; drops records
-    of `stage` after `step` and of all later stages.
+    of `stage` after `step` and of all later stages. The live views are
+    rewritten to match.
     """
     if self._file is None:
       return
+    self._declared.add(stage)
     self._file.close()
     rank = {name: i for i, name in enumerate(stage_order)}
     keep = []
-    for record in read_metrics(os.path.dirname(self._path)):
+    for record in read_metrics(self._workdir):
       r_stage = record.get("stage")
       if r_stage not in rank:
         keep.append(record)
@@ -119,18 +207,35 @@ class MetricsWriter:
         f.write(json.dumps(record, default=_to_json_value) + "\n")
     os.replace(tmp, self._path)
     self._file = open(self._path, "a")
+    self._sync_sinks(keep)
 
   def write(self, stage: str, step: int, metrics: dict):
     if self._file is None:
       return
+    if stage not in self._declared:
+      self._declared.add(stage)
+      if stage in self._stage_order:
+        later = set(self._stage_order[self._stage_order.index(stage):])
+        if any(r.get("stage") in later for r in read_metrics(self._workdir)):
+          # Records of an attempt that stopped before its first checkpoint.
+          self.drop_after(self._stage_order, stage, -1)
+    if self._sinks is None:
+      self._sync_sinks(read_metrics(self._workdir))
     record = {"stage": stage, "step": int(step), "time": time.time()}
     record.update({k: _to_json_value(v) for k, v in metrics.items()})
     self._file.write(json.dumps(record, default=_to_json_value) + "\n")
     self._file.flush()
+    entry = scalar_entry(record)
+    for sink in self._sinks:
+      sink.write(*entry)
 
   def close(self):
     if self._file is not None:
       self._file.close()
+      self._file = None
+    for sink in self._sinks or ():
+      sink.close()
+    self._sinks = None
 
 
 def write_summary(workdir: str, summary: dict):

@@ -25,6 +25,11 @@ def test_base_config_is_valid():
     ("rl.loss_agg_mode", "mean", "rl.loss_agg_mode"),
     ("stages", "sft,nope", "unknown stage"),
     ("task.min_ops", 9, "task.min_ops"),
+    ("logging.wandb_mode", "cloud", "logging.wandb_mode"),
+    ("logging.wandb_entity", "me", "logging.wandb_project is not"),
+    ("logging.wandb_project", "a/b", "logging.wandb_project"),
+    ("logging.progress", "fancy", "logging.progress"),
+    ("logging.progress_every_s", 0.0, "logging.progress_every_s"),
 ])
 def test_bad_values_name_the_key(key, value, message):
   config = _config()
@@ -128,3 +133,10 @@ def test_group_losses_need_whole_groups_per_micro_batch():
                      match="prm.micro_batch_size: must be a multiple of "
                            "labels.samples_per_problem"):
     config_lib.validate(config)
+
+
+def test_logging_section_defaults():
+  logging = _config().logging
+  assert logging.tensorboard is True
+  assert logging.wandb_project == "" and logging.wandb_mode == "online"
+  assert logging.progress == "auto"

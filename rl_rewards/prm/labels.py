@@ -39,6 +39,7 @@ from typing import Any, Callable, Optional, Sequence
 import jax
 import numpy as np
 
+from rl_rewards import progress
 from rl_rewards.rollout import sampler as sampler_lib
 
 
@@ -273,7 +274,9 @@ def estimate_prefix_values(prover: PolicySampler, task, prefixes, *,
   order = sorted(range(len(prefixes)), key=lambda i: prefixes[i].remaining)
   correct = np.zeros((len(prefixes),), np.int64)
   generated = 0
-  for batch_index, start in enumerate(range(0, len(order), batch_size)):
+  for batch_index, start in enumerate(progress.track(
+      range(0, len(order), batch_size), "labels: prefix rollouts",
+      unit="batches")):
     chosen = order[start:start + batch_size]
     rows = [prefixes[i] for i in chosen]
     rows += [rows[0]] * (batch_size - len(rows))

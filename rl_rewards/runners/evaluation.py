@@ -13,6 +13,7 @@ reports the same numbers, equal to a single-process run's.
 
 import numpy as np
 
+from rl_rewards import progress
 from rl_rewards.rollout import sampler
 from rl_rewards.sharding import mesh as mesh_lib
 
@@ -27,7 +28,7 @@ def _padded_batches(items, batch_size):
 
 
 def generate(ctx, params, problems, *, batch_size, rng, temperature,
-             num_samples=1, top_p=1.0):
+             num_samples=1, top_p=1.0, progress_desc="generate"):
   """Samples responses for this process's rows of `problems`.
 
   Each batch of `batch_size` problems is split over the processes; a process
@@ -44,8 +45,9 @@ def generate(ctx, params, problems, *, batch_size, rng, temperature,
   n = num_samples
   texts, finished, lengths, index = [], [], [], []
   prompt_rows = mesh_lib.process_rows(batch_size, ctx.mesh)
-  for i, (first, chunk, real) in enumerate(
-      _padded_batches(problems, batch_size)):
+  for i, (first, chunk, real) in enumerate(progress.track(
+      _padded_batches(problems, batch_size), progress_desc,
+      total=-(-len(problems) // batch_size), unit="batches")):
     tokens, mask = mesh_lib.put_local_batch(
         task.encode_prompts(chunk[prompt_rows]), ctx.mesh, batch_size)
     out = sampler.sample(
@@ -85,7 +87,7 @@ def greedy_accuracy(ctx, params, problems, *, batch_size, rng):
   rows and the sums are added up over processes.
   """
   out = generate(ctx, params, problems, batch_size=batch_size, rng=rng,
-                 temperature=0.0)
+                 temperature=0.0, progress_desc="eval greedy")
   scored = ctx.task.score(out["problems"], out["texts"], out["finished"])
   all_steps = [len(l) > 0 and all(l) for l in scored.step_labels]
   step_acc = [np.mean(l) if l else 0.0 for l in scored.step_labels]
@@ -127,7 +129,7 @@ def pass_at_n(ctx, params, problems, *, n, prompts_per_batch, rng):
   problems with n samples each; a problem's n samples are on one process.
   """
   out = generate(ctx, params, problems, batch_size=prompts_per_batch, rng=rng,
-                 temperature=1.0, num_samples=n)
+                 temperature=1.0, num_samples=n, progress_desc=f"eval pass@{n}")
   scored = ctx.task.score(out["problems"], out["texts"], out["finished"])
   solved = scored.rewards.reshape(-1, n).max(axis=1)
   total = mesh_lib.process_sums({

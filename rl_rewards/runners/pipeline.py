@@ -17,6 +17,7 @@ import jax
 from rl_rewards import config_lib
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import models
+from rl_rewards import progress
 from rl_rewards.models import hf as hf_lib
 from rl_rewards.runners import context as context_lib
 from rl_rewards.runners import prm_eval
@@ -121,12 +122,16 @@ def build_context(config, workdir: str) -> context_lib.RunContext:
   mesh, rules = _mesh_and_rules(config)
   with mesh_lib.activate(mesh, rules):
     context_lib.check_param_shardings(model_config, mesh)
-  _check_config_file(config, workdir)
+  resolved = _check_config_file(config, workdir)
+  progress.configure(config.logging.progress, config.logging.progress_every_s)
+  stage_order = config_lib.stage_names(config)
   return context_lib.RunContext(
       config=config, workdir=workdir, mesh=mesh, task=task,
       model_config=model_config,
-      writer=metrics_lib.MetricsWriter(workdir),
-      stage_order=config_lib.stage_names(config), rules=rules)
+      writer=metrics_lib.MetricsWriter(workdir, logging=config.logging,
+                                       stage_order=stage_order,
+                                       run_config=resolved),
+      stage_order=stage_order, rules=rules)
 
 
 def _check_vocab(config, tokenizer, model_config):
@@ -145,30 +150,41 @@ def _check_vocab(config, tokenizer, model_config):
 
 
 # Keys that may change when a workdir is resumed: budgets (to extend a run)
-# and how often things are logged.
+# and how often things are logged; so may the whole `logging` section (where
+# metrics are mirrored to, and how progress is shown).
 RESUMABLE_KEYS = ("sft.max_steps", "sft.max_seconds", "rl.steps",
                   "rl.max_seconds", "sft.log_every_steps", "rl.log_every_steps")
+RESUMABLE_SECTIONS = ("logging",)
+
+
+def _resumable(key):
+  return key in RESUMABLE_KEYS or key.split(".")[0] in RESUMABLE_SECTIONS
 
 
 def _check_config_file(config, workdir):
   """Writes config.json, refusing to resume a workdir with another config.
 
-  Only the budgets and logging intervals in `RESUMABLE_KEYS` may differ from
-  the config the workdir was started with (e.g. `--config.rl.steps=200` to
-  extend a finished run).
+  Only the budgets and logging intervals in `RESUMABLE_KEYS` and the
+  `logging` section may differ from the config the workdir was started with
+  (e.g. `--config.rl.steps=200` to extend a finished run, or
+  `--config.logging.wandb_project=...` to mirror it to W&B from now on).
+
+  Returns:
+    The resolved config as a dict (what config.json holds).
   """
   path = os.path.join(workdir, metrics_lib.CONFIG_FILE)
   resolved = json.loads(config.to_json_best_effort())
   if os.path.exists(path):
     previous = metrics_lib.read_json(path)
     changed = sorted(k for k in _diff_keys(previous, resolved)
-                     if k not in RESUMABLE_KEYS)
+                     if not _resumable(k))
     if changed:
       raise config_lib.ConfigError(
           f"workdir {workdir} holds a run with a different config (changed: "
           f"{', '.join(changed[:8])}); use a new --workdir to start another "
           "run.")
   metrics_lib.write_config(workdir, resolved)
+  return resolved
 
 
 def _diff_keys(a, b, prefix=""):
@@ -188,8 +204,12 @@ def run(config, workdir: str) -> dict:
   """
   start = time.time()
   ctx = build_context(config, workdir)
-  with mesh_lib.activate(ctx.mesh, ctx.rules):
-    return _run_stages(ctx, config, workdir, start)
+  try:
+    with mesh_lib.activate(ctx.mesh, ctx.rules):
+      return _run_stages(ctx, config, workdir, start)
+  finally:
+    # Flushes the live views (TensorBoard, W&B) also when a stage fails.
+    ctx.writer.close()
 
 
 def _run_stages(ctx, config, workdir, start):

@@ -19,6 +19,7 @@ import numpy as np
 
 from rl_rewards import core
 from rl_rewards import metrics as metrics_lib
+from rl_rewards import progress
 from rl_rewards.prm import evaluation as prm_eval_lib
 from rl_rewards.prm import labels as labels_lib
 from rl_rewards.prm import scoring
@@ -31,7 +32,9 @@ def sample_solutions(ctx, policy, problems, *, num_samples: int, rng,
   """`num_samples` solutions per problem (problem-major) as `Solution`s."""
   task = ctx.task
   out = []
-  for i, start in enumerate(range(0, len(problems), prompts_per_batch)):
+  for i, start in enumerate(progress.track(
+      range(0, len(problems), prompts_per_batch), "sample solutions",
+      unit="batches")):
     chunk = list(problems[start:start + prompts_per_batch])
     real = len(chunk)
     chunk += [chunk[0]] * (prompts_per_batch - real)
@@ -52,7 +55,8 @@ def score_solutions(ctx, scorer, solutions, batch_rows: int) -> dict:
   """Step scores of solutions in fixed-size batches (one compiled shape)."""
   task = ctx.task
   parts = []
-  for start in range(0, len(solutions), batch_rows):
+  for start in progress.track(range(0, len(solutions), batch_rows),
+                              "score solutions", unit="batches"):
     chunk = solutions[start:start + batch_rows]
     batch = scoring.make_solution_batch(
         task, [s.problem for s in chunk], [s.prompt_ids for s in chunk],
@@ -298,7 +302,9 @@ def search_compute_curve(ctx, policy_params, prm: prm_stages.TrainedPRM, *,
     # `oracle_prm` / `oracle_pav`: the same search guided by a perfect prover
     # (the task's step checker), the upper bound of a learned verifier.
     guide = oracle if mode.startswith("oracle_") else scorer
-    for width in beam_widths:
+    for width in progress.track(beam_widths, f"search {mode}",
+                                unit="beam rows",
+                                weight=lambda w: w * len(problems)):
       t0 = time.time()
       result = search_lib.beam_search(
           policy, guide, task, problems, beam_width=width,

@@ -154,3 +154,36 @@ def test_batch_not_dividing_the_mesh_is_rejected(tmp_path):
   config = _config(**{"mesh.data": 8, "sft.batch_size": 12})
   with pytest.raises(ValueError, match="not divisible by the 8-way"):
     pipeline.run(config, str(tmp_path / "mesh"))
+
+
+def test_the_logging_section_may_change_on_resume(tmp_path):
+  workdir = str(tmp_path)
+  config = _config()
+  pipeline._check_config_file(config, workdir)  # pylint: disable=protected-access
+  config.logging.tensorboard = False
+  config.logging.wandb_project = "my-project"
+  config.logging.progress = "lines"
+  pipeline._check_config_file(config, workdir)  # pylint: disable=protected-access
+  # A workdir started before the section existed resumes too.
+  path = os.path.join(workdir, "config.json")
+  stored = metrics_lib.read_json(path)
+  del stored["logging"]
+  metrics_lib.write_json_atomic(path, stored)
+  pipeline._check_config_file(config, workdir)  # pylint: disable=protected-access
+  config.rl.learning_rate = 1.0
+  with pytest.raises(config_lib.ConfigError, match="rl.learning_rate"):
+    pipeline._check_config_file(config, workdir)  # pylint: disable=protected-access
+
+
+def test_the_run_writes_tensorboard_files(uninterrupted):
+  workdir, _ = uninterrupted
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+  reader = event_accumulator.EventAccumulator(
+      os.path.join(workdir, "tensorboard"),
+      size_guidance={event_accumulator.SCALARS: 0})
+  reader.Reload()
+  tags = reader.Tags()["scalars"]
+  for stage in ("sft", "labels", "prm", "rl"):
+    assert any(t.startswith(stage + "/") for t in tags), (stage, tags)
+  assert [e.step for e in reader.Scalars("rl/train/reward_mean")] == [1, 2, 3, 4]
+  assert [e.step for e in reader.Scalars("rl/eval/accuracy")] == [0, 1, 2, 3, 4]
