@@ -70,7 +70,6 @@ def _train(kill_at, workdir, env):
                         env=env, capture_output=True, text=True, timeout=480)
 
 
-@pytest.mark.slow
 def test_kill_and_resume_shows_each_step_once(tmp_path):
   workdir = str(tmp_path / "run")
   env = _env(tmp_path)
