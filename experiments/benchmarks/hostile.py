@@ -46,7 +46,10 @@ _WORKERS = flags.DEFINE_integer("num_workers", 2, "Verifier worker processes.")
 _ONLY = flags.DEFINE_list("verifiers", list(VERIFIERS), "Which to run.")
 _ORDINARY = flags.DEFINE_bool(
     "ordinary", True, "Also time as many ordinary responses, for comparison.")
-_OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.")
+# Benchmark modules share the name --out (tests import several into one
+# process), so each definition may override another.
+_OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.",
+                           allow_override=True)
 
 
 def _reference(name):

@@ -64,7 +64,10 @@ import time
 from absl import app
 from absl import flags
 
-_OUT = flags.DEFINE_string("out", None, "Where to write the JSON results.")
+# Benchmark modules share the name --out (tests import several into one
+# process), so each definition may override another.
+_OUT = flags.DEFINE_string("out", None, "Where to write the JSON results.",
+                           allow_override=True)
 _MODEL = flags.DEFINE_string(
     "model", "small", "A preset (test, tiny, small) or qwen0.5b / qwen1.5b "
     "(Qwen2.5 shapes with random weights).")
