@@ -5,7 +5,12 @@ checkpoint holds a pytree of arrays (`state`) and a small JSON dict (`meta`:
 stage progress, data position, timings). Orbax writes each step to a temporary
 directory and renames it when complete, so a process killed mid-write leaves
 the previous checkpoint as the latest complete one; incomplete directories are
-ignored (and cleaned up) on the next start.
+ignored, and removed when the next run opens the stage.
+
+With `async_save`, `save` returns once the arrays are copied off the
+devices and orbax writes them in a background thread; the next `save`,
+`restore`, `mark_done` and `close` wait for it, so a stage is never marked
+done before its last checkpoint is complete.
 """
 
 import json
@@ -15,6 +20,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from rl_rewards import config_lib
+from rl_rewards import kill_points
 from rl_rewards import metrics as metrics_lib
 
 _DONE_FILE = "stage_done.json"
@@ -23,13 +29,29 @@ _DONE_FILE = "stage_done.json"
 class Checkpointer:
   """Saves and restores `(state, meta)` pairs for one stage."""
 
-  def __init__(self, directory: str, max_to_keep: int = 2):
+  def __init__(self, directory: str, max_to_keep: int = 2, *,
+               async_save: bool = False, extra_meta=None,
+               cleanup: bool = True):
+    """Opens (and creates) a stage's checkpoint directory.
+
+    Args:
+      directory: the stage's directory.
+      max_to_keep: complete checkpoints kept (older ones are deleted).
+      async_save: write checkpoints in a background thread.
+      extra_meta: `() -> dict` merged into every saved meta dict (e.g. the
+        metrics position the checkpoint corresponds to), or None.
+      cleanup: remove temporary directories of interrupted writes (False
+        for reading another run's checkpoints).
+    """
     self.directory = os.path.abspath(directory)
+    self._extra_meta = extra_meta
+    self._async = async_save
     self._manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, create=True,
-            enable_async_checkpointing=False),
+            cleanup_tmp_directories=cleanup,
+            enable_async_checkpointing=async_save),
         item_handlers={"state": ocp.StandardCheckpointHandler(),
                        "meta": ocp.JsonCheckpointHandler()},
     )
@@ -39,13 +61,23 @@ class Checkpointer:
     return self._manager.latest_step()
 
   def save(self, step: int, state, meta: dict):
-    """Writes a checkpoint for `step` (blocking until it is complete)."""
+    """Writes a checkpoint for `step`: complete on return, or (async_save)
+    in flight, with its arrays already copied."""
+    if self._extra_meta is not None:
+      meta = dict(meta, **self._extra_meta())
+    kill_points.point("checkpoint.save")
     self._manager.save(
         int(step),
         args=ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             meta=ocp.args.JsonSave(meta)),
         force=True)
+    if not self._async:
+      self._manager.wait_until_finished()
+    kill_points.point("checkpoint.saved")
+
+  def wait(self):
+    """Blocks until every checkpoint write in flight is complete."""
     self._manager.wait_until_finished()
 
   def restore(self, abstract_state, step=None):
@@ -60,6 +92,7 @@ class Checkpointer:
       The restored state (placed with the shardings of `abstract_state`) and
       the meta dict.
     """
+    self.wait()
     step = self.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"No complete checkpoint in {self.directory}.")
@@ -71,12 +104,24 @@ class Checkpointer:
             meta=ocp.args.JsonRestore()))
     return restored["state"], dict(restored["meta"])
 
+  def restore_meta(self, step=None) -> dict:
+    """The meta dict of a checkpoint (default: the latest), without its
+    arrays."""
+    self.wait()
+    step = self.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"No complete checkpoint in {self.directory}.")
+    restored = self._manager.restore(
+        int(step), args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+    return dict(restored["meta"])
+
   def restore_raw(self, step=None):
     """The saved state as host numpy arrays, without a target structure.
 
     Works whatever devices and processes wrote the checkpoint: every process
     reads the whole state onto one of its own devices.
     """
+    self.wait()
     step = self.latest_step() if step is None else step
     metadata = self._manager.item_metadata(int(step))["state"]
     local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
@@ -90,7 +135,9 @@ class Checkpointer:
 
   def mark_done(self, step: int, summary: dict):
     """Records that the stage finished at `step` (atomic JSON write, by the
-    primary process of a multi-process run)."""
+    primary process of a multi-process run), once every checkpoint write in
+    flight is complete."""
+    self.wait()
     if not metrics_lib.is_primary():
       return
     path = os.path.join(self.directory, _DONE_FILE)
@@ -100,6 +147,7 @@ class Checkpointer:
                 sort_keys=True)
       f.flush()
       os.fsync(f.fileno())
+    kill_points.point("checkpoint.done")
     os.replace(tmp, path)
 
   def done_info(self):
@@ -121,7 +169,8 @@ def restore_finished(workdir: str, stage: str, key: str):
     config_lib.ConfigError naming `key` (the config key that pointed at
     `workdir`) when the stage has not finished there.
   """
-  ckpt = Checkpointer(os.path.join(workdir, "checkpoints", stage))
+  ckpt = Checkpointer(os.path.join(workdir, "checkpoints", stage),
+                      cleanup=False)
   try:
     done = ckpt.done_info()
     if done is None:

@@ -4,8 +4,10 @@
 
 Stages run in the order of `config.stages` and are cached in the workdir: a
 finished stage is reused from its final checkpoint, an unfinished one resumes
-from its latest checkpoint, so rerunning with the same workdir continues where
-the last run stopped. `summary.json` is written last.
+from its latest checkpoint (its metrics records after that point dropped
+first: `runners/resume.py`), so rerunning with the same workdir continues
+where the last run stopped. `summary.json` is written last. One run at a
+time holds the workdir (`runners/lock.py`).
 """
 
 import json
@@ -19,8 +21,10 @@ from rl_rewards import metrics as metrics_lib
 from rl_rewards import models
 from rl_rewards.models import hf as hf_lib
 from rl_rewards.runners import context as context_lib
+from rl_rewards.runners import lock as lock_lib
 from rl_rewards.runners import prm_eval
 from rl_rewards.runners import prm_stages
+from rl_rewards.runners import resume
 from rl_rewards.runners import rl
 from rl_rewards.runners import sft
 from rl_rewards.runners import tasks as tasks_lib
@@ -121,10 +125,11 @@ def build_context(config, workdir: str) -> context_lib.RunContext:
       stage_order=config_lib.stage_names(config), rules=rules)
 
 
-# Keys that may change when a workdir is resumed: budgets (to extend a run)
-# and how often things are logged.
+# Keys that may change when a workdir is resumed: budgets (to extend a run),
+# how often things are logged, and how checkpoints are written.
 RESUMABLE_KEYS = ("sft.max_steps", "sft.max_seconds", "rl.steps",
-                  "rl.max_seconds", "sft.log_every_steps", "rl.log_every_steps")
+                  "rl.max_seconds", "sft.log_every_steps", "rl.log_every_steps",
+                  "checkpoint.async_save")
 
 
 def _check_config_file(config, workdir):
@@ -164,9 +169,14 @@ def run(config, workdir: str) -> dict:
   sharding of activations takes effect in every jitted function.
   """
   start = time.time()
-  ctx = build_context(config, workdir)
-  with mesh_lib.activate(ctx.mesh, ctx.rules):
-    return _run_stages(ctx, config, workdir, start)
+  config_lib.validate(config)
+  with lock_lib.hold(workdir):
+    ctx = build_context(config, workdir)
+    try:
+      with mesh_lib.activate(ctx.mesh, ctx.rules):
+        return _run_stages(ctx, config, workdir, start)
+    finally:
+      ctx.writer.close()
 
 
 def _run_stages(ctx, config, workdir, start):
@@ -184,6 +194,7 @@ def _run_stages(ctx, config, workdir, start):
     params = sft_params = initial_params(ctx)
   for stage in ctx.stage_order:
     t0 = time.time()
+    resume.rewind_metrics(ctx, stage)
     if stage == "sft":
       params, summary = sft.run(ctx, params)
       sft_params = params
