@@ -46,6 +46,10 @@ class Checkpointer:
     self.directory = os.path.abspath(directory)
     self._extra_meta = extra_meta
     self._async = async_save
+    if cleanup and os.path.isdir(self.directory):
+      for name in os.listdir(self.directory):
+        if name.startswith(_DONE_FILE + ".tmp"):  # A killed mark_done's.
+          os.remove(os.path.join(self.directory, name))
     self._manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(

@@ -91,3 +91,11 @@ def point(name: str, before_kill=None):
     if before_kill is not None:
       before_kill()
     kill_now()
+
+
+def reset():
+  """Forgets the counts and re-reads the environment: a new process, as far
+  as kill points go (tests run several "processes" in one)."""
+  global _config
+  _counts.clear()
+  _config = None

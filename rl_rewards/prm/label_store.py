@@ -108,6 +108,14 @@ def read_shard_info(directory: str, shard: int):
     raise ValueError(f"{path}: invalid JSON ({e.msg}).") from None
 
 
+def remove_partial_files(directory: str):
+  """Removes the temporary files of writes a killed run left unfinished."""
+  if os.path.isdir(directory):
+    for name in os.listdir(directory):
+      if ".tmp" in name:
+        os.remove(os.path.join(directory, name))
+
+
 def complete_shards(directory: str) -> list[int]:
   """Indices of the shards on disk (each one complete by construction)."""
   if not os.path.isdir(directory):

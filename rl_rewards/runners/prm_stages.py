@@ -207,6 +207,8 @@ def run_labels(ctx, policy_params) -> tuple[str, dict]:
     print(f"[labels] reusing the finished stage ({path})")
     return path, done["summary"]
   num_shards = -(-cfg.num_problems // cfg.problems_per_shard)
+  if metrics_lib.is_primary():
+    label_store.remove_partial_files(path)
   finished = set(label_store.complete_shards(path))
   resume_from = 0
   while resume_from in finished:
