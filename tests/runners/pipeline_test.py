@@ -189,9 +189,10 @@ def test_killed_inside_writes_resumes_exactly(uninterrupted, tmp_path,
   # Inside the labels stage's done marker: its summary record is written.
   _run_killed_at(monkeypatch, "checkpoint.done:1", workdir)
   assert faults.inspect_kill(workdir)["stage"] == "labels"
-  # Half way through the prm stage's summary record, after its final
-  # checkpoint: the resumed stage must rebuild the same summary.
-  _run_killed_at(monkeypatch, "metrics.write:3", workdir)
+  # Records: the labels summary again, prm steps 2 and 4, then half of the
+  # prm stage's summary record, after its final checkpoint: the resumed
+  # stage must rebuild the same summary.
+  _run_killed_at(monkeypatch, "metrics.write:4", workdir)
   assert faults.inspect_kill(workdir) == {
       "stage": "prm", "partial_checkpoint": False, "partial_shard": False,
       "torn_metrics_line": True}
