@@ -14,9 +14,10 @@ kills the run with SIGKILL, restarts it (sometimes killing it again, up to
 `--max_kills_per_trial`) until it finishes, and compares the result with the
 reference. A kill is either
 
-* timed: after a delay drawn uniformly from one stage's time span in the
-  reference run (stages taken in turn, so every stage gets kills), or on a
-  restart from the whole run's span; or
+* timed: a uniform fraction of the way into one stage (stages taken in
+  turn, so every stage gets kills): the harness waits for the previous
+  stage's done marker, then for that fraction of the stage's span in the
+  reference run; on a restart, after a delay uniform over the run's span; or
 * at a named point (`rl_rewards/kill_points.py`): the N-th checkpoint save
   (optionally a few hundred ms later, inside orbax's write), the moment after
   a save, inside the done marker's write, inside a label shard's write, half
@@ -183,9 +184,10 @@ def train_command(config: str, workdir: str, extra=()) -> list:
           f"--workdir={workdir}", *extra]
 
 
-def run_attempt(command, env, log_path, *, kill_at="", kill_after=None,
+def run_attempt(command, env, log_path, *, kill_at="", should_kill=None,
                 timeout=900.0) -> dict:
-  """Runs the pipeline once; kills it at a named point or after a delay."""
+  """Runs the pipeline once; kills it at a named point (`kill_at`, in the
+  process itself) or when `should_kill(seconds since start)` says so."""
   env = dict(env)
   env.pop(kill_points.KILL_ENV, None)
   if kill_at:
@@ -194,18 +196,46 @@ def run_attempt(command, env, log_path, *, kill_at="", kill_after=None,
   with open(log_path, "a") as log:
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
-    try:
-      proc.wait(timeout=kill_after if kill_after is not None else timeout)
-    except subprocess.TimeoutExpired:
-      if kill_after is None:
+    while proc.poll() is None:
+      elapsed = time.time() - start
+      if elapsed > timeout:
         proc.kill()
         proc.wait()
         raise RuntimeError(f"{command} ran past {timeout} s; see {log_path}")
-      proc.send_signal(signal.SIGKILL)
-      proc.wait()
+      if should_kill is not None and should_kill(elapsed):
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        break
+      time.sleep(0.02)
   return {"returncode": proc.returncode,
           "killed": proc.returncode == -signal.SIGKILL,
           "seconds": time.time() - start}
+
+
+def stage_timer(workdir, stage, fraction, windows):
+  """`should_kill` for a kill a `fraction` of the way into `stage`.
+
+  Waits for the previous stage's done marker, then for `fraction` of the
+  stage's span in the reference run, scaled by how much faster or slower
+  this run reached the stage (other jobs share the machine).
+  """
+  before = STAGES[STAGES.index(stage) - 1] if stage != STAGES[0] else None
+  first, last = windows[stage]
+  when = {}
+
+  def should_kill(elapsed):
+    if "at" not in when:
+      if before is None:
+        when["at"] = fraction * last
+      elif os.path.exists(os.path.join(workdir, "checkpoints", before,
+                                       "stage_done.json")):
+        speed = min(max(elapsed / max(first, 1e-3), 0.3), 3.0)
+        when["at"] = elapsed + fraction * (last - first) * speed
+      else:
+        return False
+    return elapsed >= when["at"]
+
+  return should_kill
 
 
 def _stage_windows(workdir: str, start: float, total: float) -> dict:
@@ -233,7 +263,8 @@ def _point_counts(trace_path: str) -> dict:
 
 
 def plan_kill(rng, kind, reference, target_stage=None, restart=False) -> dict:
-  """A kill: {"kill_at": "NAME:N[:DELAY]"} or {"kill_after": seconds}."""
+  """A kill: {"kill_at": "NAME:N[:DELAY]"}, {"target": stage, "fraction"}
+  (a timed kill inside that stage) or {"kill_after": seconds}."""
   if kind == "point":
     name = rng.choice(sorted(reference["points"]))
     n = rng.randint(1, reference["points"][name])
@@ -244,9 +275,8 @@ def plan_kill(rng, kind, reference, target_stage=None, restart=False) -> dict:
   if restart:
     return {"kind": "timer", "kill_after": rng.uniform(
         1.0, 0.8 * reference["seconds"])}
-  lo, hi = reference["windows"][target_stage]
   return {"kind": "timer", "target": target_stage,
-          "kill_after": rng.uniform(lo, hi)}
+          "fraction": rng.uniform(0.0, 1.0)}
 
 
 def reference_runs(config, out, env, extra=()) -> dict:
@@ -288,8 +318,14 @@ def run_trial(index, rng, config, out, env, reference, *, first_kind,
   while True:
     attempts += 1
     log = os.path.join(trial_dir, f"attempt-{attempts}.log")
+    should_kill = None
+    if "target" in plan:
+      should_kill = stage_timer(workdir, plan["target"], plan["fraction"],
+                                reference["windows"])
+    elif "kill_after" in plan:
+      should_kill = lambda elapsed, after=plan["kill_after"]: elapsed >= after
     result = run_attempt(command, env, log, kill_at=plan.get("kill_at", ""),
-                         kill_after=plan.get("kill_after"))
+                         should_kill=should_kill)
     if result["killed"]:
       kills.append(dict(plan, **inspect_kill(workdir),
                         seconds=result["seconds"]))

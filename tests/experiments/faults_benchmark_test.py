@@ -61,7 +61,19 @@ def test_kill_plans_cover_points_and_stage_windows():
     name, n = plan["kill_at"].split(":")[:2]
     assert 1 <= int(n) <= reference["points"][name]
     plan = faults.plan_kill(rng, "timer", reference, "prm")
-    assert 10.0 <= plan["kill_after"] <= 20.0 and plan["target"] == "prm"
+    assert 0.0 <= plan["fraction"] <= 1.0 and plan["target"] == "prm"
+
+
+def test_stage_timer_waits_for_the_stage(tmp_path):
+  windows = {"sft": (0.0, 10.0), "labels": (10.0, 14.0)}
+  sft = faults.stage_timer(str(tmp_path), "sft", 0.5, windows)
+  assert not sft(4.9) and sft(5.0)
+  labels = faults.stage_timer(str(tmp_path), "labels", 0.5, windows)
+  assert not labels(30.0)  # sft has not finished.
+  os.makedirs(tmp_path / "checkpoints" / "sft")
+  (tmp_path / "checkpoints" / "sft" / "stage_done.json").write_text("{}")
+  # Reached at 5 s instead of 10 s: twice as fast, so 0.5 * 4 s / 2 later.
+  assert not labels(5.0) and not labels(5.9) and labels(6.0)
 
 
 @pytest.mark.slow
