@@ -175,8 +175,11 @@ def inspect_kill(workdir: str, stages=STAGES) -> dict:
     with open(path, "rb") as f:
       data = f.read()
     torn = bool(data) and not data.endswith(b"\n")
+  lock = os.path.join(workdir, "run.lock")
+  held = os.path.exists(lock) and os.path.getsize(lock) > 0
   return {"stage": running, "partial_checkpoint": partial_checkpoint,
-          "partial_shard": partial_shard, "torn_metrics_line": torn}
+          "partial_shard": partial_shard, "torn_metrics_line": torn,
+          "lock_held": held}
 
 
 def train_command(config: str, workdir: str, extra=()) -> list:
@@ -377,10 +380,12 @@ def tables(result: dict) -> str:
                ":") == 2 else ""))
     kinds[key] = kinds.get(key, 0) + 1
   lines += [f"| {k} | {v} |" for k, v in sorted(kinds.items())]
-  restarts = sum(t["attempts"] - 1 for t in trials)
+  held = sum(k.get("lock_held", False) for k in kills)
   taken = sum(t.get("locks_taken_over", 0) for t in trials)
-  lines += ["", f"{len(kills)} kills in {len(trials)} trials; "
-            f"{taken}/{restarts} restarts took over the killed run's lock; "
+  lines += ["", f"{len(kills)} kills in {len(trials)} trials; {held} "
+            f"killed runs held the workdir's lock (the others were killed "
+            f"before taking it or after releasing it) and {taken} restarts "
+            f"took it over; "
             f"{sum(t['exact'] for t in trials)}/{len(trials)} trials "
             f"({len(exact_kills)}/{len(kills)} kills) resumed exactly; "
             f"reference run {result['reference_seconds']:.0f} s; "

@@ -47,9 +47,10 @@ def test_inspect_kill_names_the_stage_and_partial_writes(tmp_path):
               "4.orbax-checkpoint-tmp-17")
   with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
     f.write('{"stage": "la')
+  (tmp_path / "w" / "run.lock").write_text('{"pid": 1}')
   assert faults.inspect_kill(workdir) == {
       "stage": "labels", "partial_checkpoint": True, "partial_shard": False,
-      "torn_metrics_line": True}
+      "torn_metrics_line": True, "lock_held": True}
 
 
 def test_kill_plans_cover_points_and_stage_windows():

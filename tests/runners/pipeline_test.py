@@ -195,7 +195,7 @@ def test_killed_inside_writes_resumes_exactly(uninterrupted, tmp_path,
   _run_killed_at(monkeypatch, "metrics.write:4", workdir)
   assert faults.inspect_kill(workdir) == {
       "stage": "prm", "partial_checkpoint": False, "partial_shard": False,
-      "torn_metrics_line": True}
+      "torn_metrics_line": True, "lock_held": False}  # Released on raise.
   # Just before the final RL checkpoint (step 4): resumes from step 2.
   _run_killed_at(monkeypatch, "checkpoint.save:2", workdir)
   pipeline.run(_config(), workdir)
