@@ -3,14 +3,11 @@
 A label set is a directory:
 
   shard-00000.jsonl, shard-00001.jsonl, ...   one labelled solution a line
-  shard-00000.info.json, ...                  the writing run's bookkeeping
   manifest.json                               written last, when complete
 
 Each shard is written to a temporary file and renamed, so a shard file
 exists only once it is complete: a labelling run killed at any moment
-resumes from the shards already on disk. A shard's info file (e.g. how many
-metrics records the run had written) is renamed into place just before the
-shard, so a complete shard always has its own. Only JSON is ever read (no
+resumes from the shards already on disk. Only JSON is ever read (no
 pickle); a malformed line fails with the file and line number.
 
 A record (one solution) holds:
@@ -50,10 +47,6 @@ def shard_path(directory: str, shard: int) -> str:
   return os.path.join(directory, f"shard-{shard:05d}.jsonl")
 
 
-def shard_info_path(directory: str, shard: int) -> str:
-  return os.path.join(directory, f"shard-{shard:05d}.info.json")
-
-
 def _json_value(value):
   if isinstance(value, float) and math.isnan(value):
     return None
@@ -73,39 +66,18 @@ def _atomic_write(path: str, text: str, kill_point: str = ""):
   os.replace(tmp, path)
 
 
-def write_shard(directory: str, shard: int, records, info=None) -> str:
-  """Writes one complete shard atomically; returns its path.
-
-  Args:
-    directory: the label set's directory.
-    shard: the shard index.
-    records: the shard's records (validated).
-    info: a JSON dict written to the shard's info file first, or None.
-  """
+def write_shard(directory: str, shard: int, records) -> str:
+  """Writes one complete shard atomically; returns its path."""
   os.makedirs(directory, exist_ok=True)
   lines = []
   for record in records:
     validate_record(record, f"record for shard {shard}")
     lines.append(json.dumps({k: _json_value(v) for k, v in record.items()},
                             allow_nan=False))
-  if info is not None:
-    _atomic_write(shard_info_path(directory, shard), json.dumps(info))
   path = shard_path(directory, shard)
   _atomic_write(path, "".join(line + "\n" for line in lines),
                 kill_point="labels.shard")
   return path
-
-
-def read_shard_info(directory: str, shard: int):
-  """The info dict written with a shard, or None (none was written)."""
-  path = shard_info_path(directory, shard)
-  if not os.path.exists(path):
-    return None
-  try:
-    with open(path, encoding="utf-8") as f:
-      return json.load(f)
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path}: invalid JSON ({e.msg}).") from None
 
 
 def remove_partial_files(directory: str):

@@ -41,6 +41,7 @@ from rl_rewards.prm import scoring
 from rl_rewards.prm import training
 from rl_rewards.runners import context as context_lib
 from rl_rewards.runners import programs
+from rl_rewards.runners import resume
 from rl_rewards.sharding import mesh as mesh_lib
 from rl_rewards.train import nonfinite
 
@@ -238,12 +239,11 @@ def run_labels(ctx, policy_params) -> tuple[str, dict]:
                                            stats["sampled_tokens"]) /
                                           max(seconds, 1e-9)})
     ctx.writer.write(LABELS_STAGE, shard + 1, record)
+    # After its metrics record, so a complete shard has one; the position
+    # tells a resumed run which records to keep (`runners/resume.py`).
+    resume.record_shard_position(ctx, shard)
     if metrics_lib.is_primary():  # Every process holds the same records.
-      # After its metrics record: a complete shard has one (and its info
-      # file says how many records the file held, for `runners/resume.py`).
-      label_store.write_shard(
-          path, shard, records,
-          info={context_lib.METRICS_POSITION: ctx.writer.num_records})
+      label_store.write_shard(path, shard, records)
     metrics_lib.print_status(metrics_lib.format_status(
         LABELS_STAGE, shard + 1, num_shards, record,
         ("labels/solutions", "labels/q_mean", "labels/hard_positive",

@@ -5,8 +5,9 @@ checkpoint (label shards: the last complete shard). Everything the stage
 wrote to `metrics.jsonl` after that point will be written again, so before a
 stage runs the pipeline calls `rewind_metrics`, which truncates the file
 back to what it held when that checkpoint was taken: each checkpoint's meta
-(and each label shard's info file) records the number of metrics records at
-that moment (`context.METRICS_POSITION`). That covers records written at the
+(and, for each label shard, `checkpoints/labels/shard-NNNNN.json`, written
+just before the shard) records the number of metrics records at that moment
+(`context.METRICS_POSITION`). That covers records written at the
 checkpoint's own step after it was saved (the final evaluation, a stage's
 summary record), which dropping by step number alone would keep twice. A
 stage with no checkpoint yet drops all of its records (and any of later
@@ -16,11 +17,26 @@ stages); a finished stage, or one reused from another workdir, keeps them.
 import os
 
 from rl_rewards import checkpoints
+from rl_rewards import metrics as metrics_lib
 from rl_rewards.prm import label_store
 from rl_rewards.runners import context as context_lib
 
 # Stages that `<section>.init_from` takes from another workdir.
 _REUSED_BY = {"sft": "sft", "labels": "labels", "prm": "prm"}
+
+
+def shard_position_path(workdir: str, shard: int) -> str:
+  return os.path.join(workdir, "checkpoints", "labels",
+                      f"shard-{shard:05d}.json")
+
+
+def record_shard_position(ctx, shard: int):
+  """Records the metrics position of label shard `shard` (call it after the
+  shard's metrics record and before writing the shard)."""
+  path = shard_position_path(ctx.workdir, shard)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  metrics_lib.write_json_atomic(
+      path, {context_lib.METRICS_POSITION: ctx.writer.num_records})
 
 
 def _contiguous(shards) -> int:
@@ -53,9 +69,10 @@ def resume_point(ctx, stage: str):
       count = _contiguous(label_store.complete_shards(path))
       if count == 0:
         return ("start", 0)
-      info = label_store.read_shard_info(path, count - 1)
-      if info and context_lib.METRICS_POSITION in info:
-        return ("records", int(info[context_lib.METRICS_POSITION]))
+      position = shard_position_path(ctx.workdir, count - 1)
+      if os.path.exists(position):
+        return ("records", int(metrics_lib.read_json(position)[
+            context_lib.METRICS_POSITION]))
       return ("step", count)
     if latest is None:
       return ("start", 0)

@@ -154,20 +154,16 @@ def test_a_kill_inside_a_shard_write_leaves_no_shard(tmp_path, monkeypatch):
     raise Killed()
 
   directory = str(tmp_path / "labels")
-  label_store.write_shard(directory, 0, [_record(0)], info={"records": 3})
+  label_store.write_shard(directory, 0, [_record(0)])
   monkeypatch.setenv(kill_points.KILL_ENV, "labels.shard:1")
   monkeypatch.setattr(kill_points, "kill_now", killed)
   kill_points.reset()
   with pytest.raises(Killed):
-    label_store.write_shard(directory, 1, [_record(1)], info={"records": 5})
+    label_store.write_shard(directory, 1, [_record(1)])
   monkeypatch.delenv(kill_points.KILL_ENV)
   kill_points.reset()
-  # The shard's content is in a temporary file, its info file in place: only
-  # shard 0 is complete, and its info is its own.
+  # The shard's content is complete in a temporary file: only shard 0 is.
   assert label_store.complete_shards(directory) == [0]
-  assert label_store.read_shard_info(directory, 0) == {"records": 3}
   assert any(".tmp" in name for name in os.listdir(directory))
   label_store.remove_partial_files(directory)
-  assert sorted(os.listdir(directory)) == [
-      "shard-00000.info.json", "shard-00000.jsonl", "shard-00001.info.json"]
-  assert label_store.read_shard_info(directory, 2) is None
+  assert os.listdir(directory) == ["shard-00000.jsonl"]

@@ -50,11 +50,13 @@ def test_resume_points(tmp_path):
             "response_ids": [2], "text": "t", "finished": True,
             "outcome": 1.0, "q": [1.0], "hard": [1], "rollouts": [0],
             "v": None, "v_rollouts": 0, "oracle": None, "first_error": None}
-  label_store.write_shard(labels, 0, [record], info={position: 8})
-  label_store.write_shard(labels, 1, [record], info={position: 9})
-  label_store.write_shard(labels, 3, [record])            # Not contiguous.
+  for shard, records in ((0, 8), (1, 9), (3, 12)):          # 3: not next.
+    ctx.writer.num_records = records
+    resume.record_shard_position(ctx, shard)
+    label_store.write_shard(labels, shard, [record])
+  resume.record_shard_position(ctx, 2)  # Shard 2 itself was never written.
   assert resume.resume_point(ctx, "labels") == ("records", 9)
-  os.remove(label_store.shard_info_path(labels, 1))
+  os.remove(resume.shard_position_path(workdir, 1))       # An older run's.
   assert resume.resume_point(ctx, "labels") == ("step", 2)
 
 
