@@ -68,7 +68,6 @@ def get_config(arg=None):
   config.sft.batch_size = 64
   config.sft.learning_rate = 1e-5
   config.sft.max_steps = 500
-  config.sft.max_seconds = 36000.0
   config.sft.target_accuracy = 1.0    # SFT runs its step budget.
   config.sft.gate_every_steps = 100
   config.sft.micro_batch_size = 16    # 4 micro-batches of the 64 rows.

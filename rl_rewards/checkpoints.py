@@ -5,7 +5,12 @@ checkpoint holds a pytree of arrays (`state`) and a small JSON dict (`meta`:
 stage progress, data position, timings). Orbax writes each step to a temporary
 directory and renames it when complete, so a process killed mid-write leaves
 the previous checkpoint as the latest complete one; incomplete directories are
-ignored (and cleaned up) on the next start.
+ignored, and removed when the next run opens the stage.
+
+With `async_save`, `save` returns once the arrays are copied off the
+devices and orbax writes them in a background thread; the next `save`,
+`restore`, `mark_done` and `close` wait for it, so a stage is never marked
+done before its last checkpoint is complete.
 """
 
 import json
@@ -17,6 +22,7 @@ import orbax.checkpoint as ocp
 
 from rl_rewards import config_lib
 from rl_rewards import errors
+from rl_rewards import kill_points
 from rl_rewards import metrics as metrics_lib
 
 _DONE_FILE = "stage_done.json"
@@ -25,13 +31,33 @@ _DONE_FILE = "stage_done.json"
 class Checkpointer:
   """Saves and restores `(state, meta)` pairs for one stage."""
 
-  def __init__(self, directory: str, max_to_keep: int = 2):
+  def __init__(self, directory: str, max_to_keep: int = 2, *,
+               async_save: bool = False, extra_meta=None,
+               cleanup: bool = True):
+    """Opens (and creates) a stage's checkpoint directory.
+
+    Args:
+      directory: the stage's directory.
+      max_to_keep: complete checkpoints kept (older ones are deleted).
+      async_save: write checkpoints in a background thread.
+      extra_meta: `() -> dict` merged into every saved meta dict (e.g. the
+        metrics position the checkpoint corresponds to), or None.
+      cleanup: remove temporary directories of interrupted writes (False
+        for reading another run's checkpoints).
+    """
     self.directory = os.path.abspath(directory)
+    self._extra_meta = extra_meta
+    self._async = async_save
+    if cleanup and os.path.isdir(self.directory):
+      for name in os.listdir(self.directory):
+        if name.startswith(_DONE_FILE + ".tmp"):  # A killed mark_done's.
+          os.remove(os.path.join(self.directory, name))
     self._manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, create=True,
-            enable_async_checkpointing=False),
+            cleanup_tmp_directories=cleanup,
+            enable_async_checkpointing=async_save),
         item_handlers={"state": ocp.StandardCheckpointHandler(),
                        "meta": ocp.JsonCheckpointHandler()},
     )
@@ -41,11 +67,15 @@ class Checkpointer:
     return self._manager.latest_step()
 
   def save(self, step: int, state, meta: dict):
-    """Writes a checkpoint for `step` (blocking until it is complete).
+    """Writes a checkpoint for `step`: complete on return, or (async_save)
+    in flight, with its arrays already copied.
 
     A full disk raises `OSError` (ENOSPC) naming the checkpoint; its partial
     files are removed and the earlier checkpoints stay restorable.
     """
+    if self._extra_meta is not None:
+      meta = dict(meta, **self._extra_meta())
+    kill_points.point("checkpoint.save")
     try:
       self._manager.save(
           int(step),
@@ -53,7 +83,8 @@ class Checkpointer:
               state=ocp.args.StandardSave(state),
               meta=ocp.args.JsonSave(meta)),
           force=True)
-      self._manager.wait_until_finished()
+      if not self._async:
+        self._manager.wait_until_finished()
     except Exception as e:  # pylint: disable=broad-except
       if not errors.is_disk_full(e):
         raise
@@ -65,6 +96,11 @@ class Checkpointer:
           os.path.join(self.directory, str(int(step))),
           f"the latest complete checkpoint (step {self.latest_step()}) is "
           "intact and a rerun resumes from it") from e
+    kill_points.point("checkpoint.saved")
+
+  def wait(self):
+    """Blocks until every checkpoint write in flight is complete."""
+    self._manager.wait_until_finished()
 
   def restore(self, abstract_state, step=None):
     """Restores `(state, meta)`; `abstract_state` fixes structure and sharding.
@@ -78,6 +114,7 @@ class Checkpointer:
       The restored state (placed with the shardings of `abstract_state`) and
       the meta dict.
     """
+    self.wait()
     step = self.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"No complete checkpoint in {self.directory}.")
@@ -106,12 +143,24 @@ class Checkpointer:
           "not match the state of this run (written with another config?): "
           f"{'; '.join(problems[:4])}.")
 
+  def restore_meta(self, step=None) -> dict:
+    """The meta dict of a checkpoint (default: the latest), without its
+    arrays."""
+    self.wait()
+    step = self.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"No complete checkpoint in {self.directory}.")
+    restored = self._manager.restore(
+        int(step), args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+    return dict(restored["meta"])
+
   def restore_raw(self, step=None):
     """The saved state as host numpy arrays, without a target structure.
 
     Works whatever devices and processes wrote the checkpoint: every process
     reads the whole state onto one of its own devices.
     """
+    self.wait()
     step = self.latest_step() if step is None else step
     metadata = self._manager.item_metadata(int(step))["state"]
     local = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
@@ -125,7 +174,9 @@ class Checkpointer:
 
   def mark_done(self, step: int, summary: dict):
     """Records that the stage finished at `step` (atomic JSON write, by the
-    primary process of a multi-process run)."""
+    primary process of a multi-process run), once every checkpoint write in
+    flight is complete."""
+    self.wait()
     if not metrics_lib.is_primary():
       return
     path = os.path.join(self.directory, _DONE_FILE)
@@ -135,6 +186,7 @@ class Checkpointer:
                 sort_keys=True)
       f.flush()
       os.fsync(f.fileno())
+    kill_points.point("checkpoint.done")
     os.replace(tmp, path)
 
   def done_info(self):
@@ -164,7 +216,8 @@ def restore_finished(workdir: str, stage: str, key: str):
     config_lib.ConfigError naming `key` (the config key that pointed at
     `workdir`) when the stage has not finished there.
   """
-  ckpt = Checkpointer(os.path.join(workdir, "checkpoints", stage))
+  ckpt = Checkpointer(os.path.join(workdir, "checkpoints", stage),
+                      cleanup=False)
   try:
     done = ckpt.done_info()
     if done is None:

@@ -6,8 +6,9 @@ at the boundary (the runner calls it before doing any work) and raises
 `ConfigError` naming the offending key.
 
 Sections map one-to-one to components: `task`, `model`, `mesh`, `sft`, `rl`,
-`labels`, `prm`, `prm_eval`, `eval`, `checkpoint`, `logging`. Components
-receive their own section, never the whole config.
+`labels`, `prm`, `prm_eval`, `eval`, `checkpoint`, `logging`, `train` (the
+non-finite guard), `debug` (fault injection). Components receive their own
+section, never the whole config.
 
 Following a run live (`logging`): every metric a run writes to
 `<workdir>/metrics.jsonl` is also written to TensorBoard event files under
@@ -125,8 +126,14 @@ def base_config():
       weight_decay=0.01,
       b2=0.98,
       grad_clip=1.0,
-      max_steps=3000,          # Hard cap on SFT steps.
-      max_seconds=420.0,       # Wall-clock cap (compute time, evals excluded).
+      # Hard cap on SFT steps (~7 min of compute on 2 CPU cores at the
+      # default size). Every stopping rule counts steps or samples, so a run
+      # stops at the same step on any machine.
+      max_steps=800,
+      # Opt-in wall-clock cap (compute time, evals excluded; 0: none). A
+      # slower machine stops at another step, so a time-capped run is not
+      # reproducible across machines.
+      max_seconds=0.0,
       target_accuracy=0.40,    # Stop at the first gate eval reaching this.
       gate_every_steps=50,     # Quick greedy eval every this many steps.
       gate_eval_size=200,      # Problems in the quick gate eval.
@@ -144,7 +151,7 @@ def base_config():
 
   c.rl = ml_collections.ConfigDict(dict(
       steps=75,
-      max_seconds=0.0,         # Optional wall-clock cap (0: none).
+      max_seconds=0.0,         # Opt-in wall-clock cap (0: none; see sft).
       prompts_per_step=32,
       group_size=8,            # Samples per prompt (n).
       temperature=1.0,
@@ -304,7 +311,26 @@ def base_config():
       pass_size=200,           # Problems used for pass@n.
   ))
 
-  c.checkpoint = ml_collections.ConfigDict(dict(max_to_keep=2))
+  c.checkpoint = ml_collections.ConfigDict(dict(
+      max_to_keep=2,
+      # Write checkpoints in a background thread (orbax async); a stage is
+      # marked done only once its last checkpoint is complete.
+      async_save=False,
+  ))
+
+  # Updates with a non-finite loss or gradient are skipped and counted
+  # (`*/skipped_updates` in metrics.jsonl and summary.json); this many in a
+  # row stop the run with an error naming the stage and step (0: never).
+  c.train = ml_collections.ConfigDict(dict(max_consecutive_skips=10))
+
+  c.debug = ml_collections.ConfigDict(dict(
+      # Injects a non-finite loss or gradient into chosen updates, to test
+      # the guard: comma-separated TYPE:STEPS[:MODE], TYPE one of
+      # NONFINITE_TYPES, STEPS the update number N (the model's step counter
+      # after it, 1-based) or a range A-B, MODE one of NONFINITE_MODES
+      # (default grad_nan); e.g. "sft:3,policy:2-4:loss_inf".
+      nonfinite_steps="",
+  ))
 
   # Where metrics go besides metrics.jsonl, and how progress is shown (see
   # the module docstring, "Following a run live").
@@ -319,6 +345,43 @@ def base_config():
       progress_every_s=30.0,   # Seconds between plain progress lines.
   ))
   return c
+
+
+# Update types `debug.nonfinite_steps` can hit: the SFT step (also of
+# sft_continue), the prm stage's verifier update (head, generative or
+# implicit), and the RL stage's policy, PPO value and PRIME implicit-PRM
+# updates.
+NONFINITE_TYPES = ("sft", "prm", "policy", "value", "implicit_prm")
+NONFINITE_MODES = ("grad_nan", "grad_inf", "loss_nan", "loss_inf")
+
+
+def nonfinite_steps(spec: str) -> dict:
+  """Parses `debug.nonfinite_steps`: {type: [(first, last, mode), ...]}.
+
+  Raises:
+    ConfigError naming the key and the bad entry.
+  """
+  out = {}
+  for entry in (e.strip() for e in spec.split(",")):
+    if not entry:
+      continue
+    parts = entry.split(":")
+    bad = ConfigError(
+        f"config.debug.nonfinite_steps: bad entry {entry!r}; expected "
+        f"TYPE:STEPS[:MODE] with TYPE in {NONFINITE_TYPES}, STEPS N or A-B "
+        f"(N >= 1) and MODE in {NONFINITE_MODES}.")
+    if len(parts) not in (2, 3) or parts[0] not in NONFINITE_TYPES:
+      raise bad
+    mode = parts[2] if len(parts) == 3 else "grad_nan"
+    first, _, last = parts[1].partition("-")
+    try:
+      first, last = int(first), int(last or first)
+    except ValueError:
+      raise bad from None
+    if mode not in NONFINITE_MODES or not 1 <= first <= last:
+      raise bad
+    out.setdefault(parts[0], []).append((first, last, mode))
+  return out
 
 
 def apply_size(config, size: str):
@@ -566,6 +629,10 @@ def validate(config):
   _require(0.0 <= sft.target_accuracy <= 1.0, "sft.target_accuracy",
            "must be in [0, 1].")
   _require(sft.dataset_size >= 0, "sft.dataset_size", "must be >= 0.")
+  for key in ("sft.max_seconds", "rl.max_seconds"):
+    section, name = key.split(".")
+    _require(config[section][name] >= 0, key, "must be >= 0 (0: no "
+             "wall-clock cap).")
   _check_micro_batch(sft.micro_batch_size, sft.batch_size,
                      "sft.micro_batch_size", "sft.batch_size")
   _require(config.rl.sampler_dtype in ("", "float32", "bfloat16"),
@@ -620,6 +687,9 @@ def validate(config):
                      "the rollout batch prompts_per_step * group_size")
   _validate_prm(config)
   _validate_logging(config.logging)
+  _require(config.train.max_consecutive_skips >= 0,
+           "train.max_consecutive_skips", "must be >= 0 (0: never stop).")
+  nonfinite_steps(config.debug.nonfinite_steps)
   _require(config.eval.size_per_k > 0, "eval.size_per_k", "must be > 0.")
   _require(config.eval.pass_n >= 1, "eval.pass_n", "must be >= 1.")
   return config

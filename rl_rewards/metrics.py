@@ -28,6 +28,8 @@ import time
 import jax
 import numpy as np
 
+from rl_rewards import kill_points
+
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.json"
@@ -64,6 +66,7 @@ def write_json_atomic(path: str, obj):
     json.dump(obj, f, indent=2, sort_keys=True, default=_to_json_value)
     f.flush()
     os.fsync(f.fileno())
+  kill_points.point("json.write")
   os.replace(tmp, path)
 
 
@@ -92,6 +95,16 @@ def read_metrics(workdir: str) -> list[dict]:
       except json.JSONDecodeError:
         continue  # A record cut short by a kill; it will be written again.
   return records
+
+
+def _cut_torn_tail(path: str):
+  """Removes a last line cut short by a kill, so appends start a new line."""
+  if not os.path.exists(path):
+    return
+  with open(path, "rb+") as f:
+    data = f.read()
+    if data and not data.endswith(b"\n"):
+      f.truncate(data.rfind(b"\n") + 1)
 
 
 def scalar_value(value):
@@ -133,6 +146,10 @@ class MetricsWriter:
   the live views (primary process only; on the other processes every method
   does nothing).
 
+  `num_records` counts the file's complete records; checkpoints store it, so
+  a resumed stage can `truncate` the file back to what it held when its
+  checkpoint was written (`runners/resume.py`).
+
   Args:
     workdir: the run's directory.
     logging: `config.logging` (or a dict with its keys); None: only
@@ -148,12 +165,17 @@ class MetricsWriter:
                run_config: dict | None = None):
     self._workdir = workdir
     self._path = os.path.join(workdir, METRICS_FILE)
-    self._file = open(self._path, "a") if is_primary() else None
     self._logging = logging
     self._stage_order = list(stage_order or [])
     self._run_config = run_config
     self._sinks = None  # Opened at the first write or drop_after.
     self._declared = set()  # Stages that started writing in this process.
+    self._file = None
+    self.num_records = 0
+    if is_primary():
+      _cut_torn_tail(self._path)
+      self.num_records = len(read_metrics(workdir))
+      self._file = open(self._path, "a")
 
   def _make_sinks(self):
     sinks = []
@@ -180,6 +202,26 @@ class MetricsWriter:
       for sink in self._sinks:
         sink.replace(entries)
 
+  def _rewrite(self, keep: list[dict]):
+    self._file.close()
+    tmp = self._path + ".tmp"
+    with open(tmp, "w") as f:
+      for record in keep:
+        f.write(json.dumps(record, default=_to_json_value) + "\n")
+    os.replace(tmp, self._path)
+    self._file = open(self._path, "a")
+    self.num_records = len(keep)
+    self._sync_sinks(keep)
+
+  def truncate(self, num_records: int):
+    """Keeps the first `num_records` records and drops the rest."""
+    if self._file is None:
+      return
+    self._file.flush()
+    records = read_metrics(os.path.dirname(self._path))
+    if len(records) > num_records:
+      self._rewrite(records[:num_records])
+
   def drop_after(self, stage_order: list[str], stage: str, step: int):
     """Drops records that a resume from `(stage, step)` will produce again.
 
@@ -190,7 +232,7 @@ class MetricsWriter:
     if self._file is None:
       return
     self._declared.add(stage)
-    self._file.close()
+    self._file.flush()
     rank = {name: i for i, name in enumerate(stage_order)}
     keep = []
     for record in read_metrics(self._workdir):
@@ -201,13 +243,7 @@ class MetricsWriter:
         keep.append(record)
       elif r_stage == stage and record.get("step", 0) <= step:
         keep.append(record)
-    tmp = self._path + ".tmp"
-    with open(tmp, "w") as f:
-      for record in keep:
-        f.write(json.dumps(record, default=_to_json_value) + "\n")
-    os.replace(tmp, self._path)
-    self._file = open(self._path, "a")
-    self._sync_sinks(keep)
+    self._rewrite(keep)
 
   def write(self, stage: str, step: int, metrics: dict):
     if self._file is None:
@@ -223,8 +259,12 @@ class MetricsWriter:
       self._sync_sinks(read_metrics(self._workdir))
     record = {"stage": stage, "step": int(step), "time": time.time()}
     record.update({k: _to_json_value(v) for k, v in metrics.items()})
-    self._file.write(json.dumps(record, default=_to_json_value) + "\n")
+    line = json.dumps(record, default=_to_json_value) + "\n"
+    kill_points.point("metrics.write", before_kill=lambda: (
+        self._file.write(line[:len(line) // 2]), self._file.flush()))
+    self._file.write(line)
     self._file.flush()
+    self.num_records += 1
     entry = scalar_entry(record)
     for sink in self._sinks:
       sink.write(*entry)

@@ -29,6 +29,7 @@ import os
 import re
 
 from rl_rewards import errors
+from rl_rewards import kill_points
 from rl_rewards.data import jsonl
 
 MANIFEST = "manifest.json"
@@ -55,7 +56,7 @@ def _json_value(value):
   return value
 
 
-def _atomic_write(path: str, text: str):
+def _atomic_write(path: str, text: str, kill_point: str = ""):
   """Writes `path` whole or not at all; a full disk removes the partial
   temporary file and raises an ENOSPC `OSError` naming `path`."""
   tmp = f"{path}.tmp{os.getpid()}"
@@ -71,6 +72,8 @@ def _atomic_write(path: str, text: str):
       raise errors.disk_full(path, "the shards already written are intact "
                              "and a rerun resumes after them") from e
     raise
+  if kill_point:
+    kill_points.point(kill_point)
   os.replace(tmp, path)
 
 
@@ -83,8 +86,17 @@ def write_shard(directory: str, shard: int, records) -> str:
     lines.append(json.dumps({k: _json_value(v) for k, v in record.items()},
                             allow_nan=False))
   path = shard_path(directory, shard)
-  _atomic_write(path, "".join(line + "\n" for line in lines))
+  _atomic_write(path, "".join(line + "\n" for line in lines),
+                kill_point="labels.shard")
   return path
+
+
+def remove_partial_files(directory: str):
+  """Removes the temporary files of writes a killed run left unfinished."""
+  if os.path.isdir(directory):
+    for name in os.listdir(directory):
+      if ".tmp" in name:
+        os.remove(os.path.join(directory, name))
 
 
 def complete_shards(directory: str) -> list[int]:

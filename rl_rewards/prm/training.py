@@ -312,7 +312,8 @@ def make_prm_step(model_config: models.ModelConfig,
                   tx: optax.GradientTransformation, *, num_steps: int,
                   model: str = "head", value_weight: float = 1.0,
                   balance_classes: bool = False, micro_batch_size: int = 0,
-                  chunk_size: int = steps_lib.CHUNK):
+                  chunk_size: int = steps_lib.CHUNK,
+                  fault=None):
   """One PRM/PAV update: `(state, batch) -> (state, metrics)` (un-jitted).
 
   With `micro_batch_size` > 0 the gradient is accumulated over micro-batches
@@ -337,7 +338,8 @@ def make_prm_step(model_config: models.ModelConfig,
                          value_weight=value_weight)
 
   return steps_lib.make_update_step(loss_fn, tx, normalizer_fn=normalizers,
-                                    micro_batch_size=micro_batch_size)
+                                    micro_batch_size=micro_batch_size,
+                                    fault=fault)
 
 
 IMPLICIT_LOSSES = ("ce", "dpo")
@@ -346,7 +348,8 @@ IMPLICIT_LOSSES = ("ce", "dpo")
 def make_implicit_step(model_config: models.ModelConfig,
                        tx: optax.GradientTransformation, *, beta: float,
                        loss: str, group_size: int, micro_batch_size: int = 0,
-                       chunk_size: int = steps_lib.CHUNK):
+                       chunk_size: int = steps_lib.CHUNK,
+                       fault=None):
   """One implicit-PRM update on outcome labels (CE or group DPO).
 
   CE is the mean over the rows with a non-zero `response_mask`
@@ -394,4 +397,4 @@ def make_implicit_step(model_config: models.ModelConfig,
   return steps_lib.make_update_step(loss_fn, tx,
                                     normalizer_fn=normalizers,
                                     micro_batch_size=micro_batch_size,
-                                    group_size=group_size)
+                                    group_size=group_size, fault=fault)

@@ -24,6 +24,11 @@ from rl_rewards.sharding import mesh as mesh_lib
 from rl_rewards.train import state as state_lib
 
 
+# The meta key of a checkpoint holding the number of metrics records written
+# when it was taken: a resumed stage truncates metrics.jsonl back to it.
+METRICS_POSITION = "metrics_records"
+
+
 @dataclasses.dataclass
 class RunContext:
   config: Any                      # The full (validated) ConfigDict.
@@ -37,9 +42,13 @@ class RunContext:
   start_time: float = dataclasses.field(default_factory=time.time)
 
   def checkpointer(self, stage: str) -> checkpoints.Checkpointer:
+    """The stage's checkpoints; each one records how many metrics records
+    the workdir held when it was written (`METRICS_POSITION`)."""
     return checkpoints.Checkpointer(
         os.path.join(self.workdir, "checkpoints", stage),
-        max_to_keep=self.config.checkpoint.max_to_keep)
+        max_to_keep=self.config.checkpoint.max_to_keep,
+        async_save=self.config.checkpoint.async_save,
+        extra_meta=lambda: {METRICS_POSITION: self.writer.num_records})
 
   def rng(self, stream: str, step: int = 0) -> jax.Array:
     """A key that depends only on (seed, stream, step): exact resume."""

@@ -4,8 +4,10 @@
 
 Stages run in the order of `config.stages` and are cached in the workdir: a
 finished stage is reused from its final checkpoint, an unfinished one resumes
-from its latest checkpoint, so rerunning with the same workdir continues where
-the last run stopped. `summary.json` is written last.
+from its latest checkpoint (its metrics records after that point dropped
+first: `runners/resume.py`), so rerunning with the same workdir continues
+where the last run stopped. `summary.json` is written last. One run at a
+time holds the workdir (`runners/lock.py`).
 """
 
 import json
@@ -20,9 +22,11 @@ from rl_rewards import models
 from rl_rewards import progress
 from rl_rewards.models import hf as hf_lib
 from rl_rewards.runners import context as context_lib
+from rl_rewards.runners import lock as lock_lib
 from rl_rewards.runners import prm_eval
 from rl_rewards.runners import prm_stages
 from rl_rewards.runners import methods
+from rl_rewards.runners import resume
 from rl_rewards.runners import rl
 from rl_rewards.runners import sft
 from rl_rewards.runners import tasks as tasks_lib
@@ -149,11 +153,13 @@ def _check_vocab(config, tokenizer, model_config):
       f"{model_config.vocab_size}); use the tokenizer made for this model.")
 
 
-# Keys that may change when a workdir is resumed: budgets (to extend a run)
-# and how often things are logged; so may the whole `logging` section (where
-# metrics are mirrored to, and how progress is shown).
+# Keys that may change when a workdir is resumed: budgets (to extend a run),
+# how often things are logged and how checkpoints are written; so may the
+# whole `logging` section (where metrics are mirrored to, and how progress is
+# shown).
 RESUMABLE_KEYS = ("sft.max_steps", "sft.max_seconds", "rl.steps",
-                  "rl.max_seconds", "sft.log_every_steps", "rl.log_every_steps")
+                  "rl.max_seconds", "sft.log_every_steps", "rl.log_every_steps",
+                  "checkpoint.async_save")
 RESUMABLE_SECTIONS = ("logging",)
 
 
@@ -203,13 +209,15 @@ def run(config, workdir: str) -> dict:
   sharding of activations takes effect in every jitted function.
   """
   start = time.time()
-  ctx = build_context(config, workdir)
-  try:
-    with mesh_lib.activate(ctx.mesh, ctx.rules):
-      return _run_stages(ctx, config, workdir, start)
-  finally:
-    # Flushes the live views (TensorBoard, W&B) also when a stage fails.
-    ctx.writer.close()
+  config_lib.validate(config)
+  with lock_lib.hold(workdir):
+    ctx = build_context(config, workdir)
+    try:
+      with mesh_lib.activate(ctx.mesh, ctx.rules):
+        return _run_stages(ctx, config, workdir, start)
+    finally:
+      # Flushes the live views (TensorBoard, W&B) also when a stage fails.
+      ctx.writer.close()
 
 
 def _run_stages(ctx, config, workdir, start):
@@ -227,6 +235,7 @@ def _run_stages(ctx, config, workdir, start):
     params = sft_params = initial_params(ctx)
   for stage in ctx.stage_order:
     t0 = time.time()
+    resume.rewind_metrics(ctx, stage)
     if stage == "sft":
       params, summary = sft.run(ctx, params)
       sft_params = params

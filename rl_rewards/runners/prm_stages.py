@@ -41,8 +41,10 @@ from rl_rewards.prm import scoring
 from rl_rewards.prm import training
 from rl_rewards.runners import context as context_lib
 from rl_rewards.runners import programs
+from rl_rewards.runners import resume
 from rl_rewards.runners.methods import base as method_base
 from rl_rewards.sharding import mesh as mesh_lib
+from rl_rewards.train import nonfinite
 
 LABELS_STAGE = "labels"
 PRM_STAGE = "prm"
@@ -208,6 +210,8 @@ def run_labels(ctx, policy_params) -> tuple[str, dict]:
     print(f"[labels] reusing the finished stage ({path})")
     return path, done["summary"]
   num_shards = -(-cfg.num_problems // cfg.problems_per_shard)
+  if metrics_lib.is_primary():
+    label_store.remove_partial_files(path)
   finished = set(label_store.complete_shards(path))
   resume_from = 0
   while resume_from in finished:
@@ -226,8 +230,6 @@ def run_labels(ctx, policy_params) -> tuple[str, dict]:
       continue
     t0 = time.time()
     records, stats = label_shard(ctx, policy, prover, shard)
-    if metrics_lib.is_primary():  # Every process holds the same records.
-      label_store.write_shard(path, shard, records)
     seconds = time.time() - t0
     record = label_statistics(records)
     record.update({"labels/prefixes": stats["prefixes"],
@@ -239,6 +241,11 @@ def run_labels(ctx, policy_params) -> tuple[str, dict]:
                                            stats["sampled_tokens"]) /
                                           max(seconds, 1e-9)})
     ctx.writer.write(LABELS_STAGE, shard + 1, record)
+    # After its metrics record, so a complete shard has one; the position
+    # tells a resumed run which records to keep (`runners/resume.py`).
+    resume.record_shard_position(ctx, shard)
+    if metrics_lib.is_primary():  # Every process holds the same records.
+      label_store.write_shard(path, shard, records)
     metrics_lib.print_status(metrics_lib.format_status(
         LABELS_STAGE, shard + 1, num_shards, record,
         ("labels/solutions", "labels/q_mean", "labels/hard_positive",
@@ -466,7 +473,7 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
     shardings["reference"] = context_lib.param_shardings(ctx.model_config,
                                                          ctx.mesh)
   ckpt = ctx.checkpointer(PRM_STAGE)
-  meta = {"seconds": 0.0}
+  meta = {"seconds": 0.0, "skip_run": 0, "last_record": {}}
   if ckpt.latest_step() is not None:
     state, meta = ckpt.restore(context_lib.abstract_like(state, shardings))
     done = ckpt.done_info()
@@ -482,7 +489,12 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
   step = int(state["prm"].step)
   seconds = float(meta["seconds"])
   last = time.time()
-  record = {}
+  # The last logged record goes into the summary: kept in the checkpoint, so
+  # a run resumed from the final checkpoint has it too.
+  record = dict(meta.get("last_record", {}))
+  guard = nonfinite.SkipGuard(PRM_STAGE,
+                              ctx.config.train.max_consecutive_skips,
+                              run=int(meta.get("skip_run", 0)))
   while step < cfg.steps:
     groups = train_groups[order.epoch_order(
         len(train_groups), groups_per_batch, ctx.config.seed, step)]
@@ -490,12 +502,14 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
         _prm_batch(arrays, _rows_of(groups, group_size), kind), ctx.mesh)
     state["prm"], step_metrics = jit_step(state["prm"], batch)
     step += 1
+    guard.observe(step, step_metrics["skipped"])
     if step % cfg.log_every_steps == 0 or step == cfg.steps:
       values = context_lib.host_scalars(step_metrics)
       now = time.time()
       seconds += now - last
       last = now
       record = {f"train/{k}": v for k, v in values.items()}
+      record["train/skipped_updates"] = int(state["prm"].skipped)
       record["time/train_s"] = seconds
       ctx.writer.write(PRM_STAGE, step, record)
       metrics_lib.print_status(metrics_lib.format_status(
@@ -503,8 +517,10 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
           ("train/prm_loss", "train/step_accuracy",
            "train/pairwise_accuracy", "time/train_s")))
     if step % cfg.checkpoint_every_steps == 0 or step == cfg.steps:
-      meta["seconds"] = seconds
+      meta.update(seconds=seconds, skip_run=guard.flush(),
+                  last_record=record)
       ckpt.save(step, state, meta)
+  guard.flush()
   prm = TrainedPRM(kind, state["prm"].params, state.get("reference"),
                    cfg.implicit_beta)
   summary = {k: v for k, v in record.items()}

@@ -26,6 +26,7 @@ from rl_rewards.rollout import sampler
 from rl_rewards.runners import context as context_lib
 from rl_rewards.sharding import axes
 from rl_rewards.sharding import mesh as mesh_lib
+from rl_rewards.train import nonfinite
 from rl_rewards.train import optim
 from rl_rewards.train import state as state_lib
 from rl_rewards.train import steps
@@ -63,11 +64,19 @@ def jit_update(step_fn, state_shardings, mesh):
                  out_shardings=(state_shardings, None), donate_argnums=0)
 
 
+def fault(config, step_type: str):
+  """The non-finite injection of `debug.nonfinite_steps` for `step_type`
+  (one of `config_lib.NONFINITE_TYPES`), or None: every update step below
+  passes it to its factory."""
+  entries = config_lib.nonfinite_steps(config.debug.nonfinite_steps)
+  return nonfinite.fault_fn(entries.get(step_type))
+
+
 def sft_step_fn(config, model_config, tx):
   """The SFT update (gradient accumulation over `sft.micro_batch_size`)."""
   return steps.make_sft_step(
       model_config, tx, micro_batch_size=config.sft.micro_batch_size,
-      chunk_size=config.model.logits_chunk)
+      chunk_size=config.model.logits_chunk, fault=fault(config, "sft"))
 
 
 def update_temperature(rl_config) -> float:
@@ -86,14 +95,15 @@ def policy_step_fn(config, model_config, tx):
       loss_scale=float(config.task.max_new_tokens),
       micro_batch_size=cfg.micro_batch_size,
       chunk_size=config.model.logits_chunk,
-      temperature=update_temperature(cfg))
+      temperature=update_temperature(cfg), fault=fault(config, "policy"))
 
 
 def value_step_fn(config, model_config, tx):
   """The PPO critic's clipped value regression."""
   return steps.make_value_step(
       model_config, tx, clip_range=config.rl.value_clip,
-      micro_batch_size=config.rl.micro_batch_size)
+      micro_batch_size=config.rl.micro_batch_size,
+      fault=fault(config, "value"))
 
 
 def implicit_prm_step_fn(config, model_config, tx):
@@ -102,7 +112,8 @@ def implicit_prm_step_fn(config, model_config, tx):
   return steps.make_implicit_prm_step(
       model_config, tx, beta=cfg.prime_beta, group_size=cfg.group_size,
       micro_batch_size=cfg.micro_batch_size,
-      chunk_size=config.model.logits_chunk)
+      chunk_size=config.model.logits_chunk,
+      fault=fault(config, "implicit_prm"))
 
 
 def prm_step_fn(config, model_config, tx, *, kind, group_size):
@@ -113,12 +124,12 @@ def prm_step_fn(config, model_config, tx, *, kind, group_size):
     return training.make_implicit_step(
         model_config, tx, beta=cfg.implicit_beta, loss=cfg.implicit_loss,
         group_size=group_size, micro_batch_size=cfg.micro_batch_size,
-        chunk_size=config.model.logits_chunk)
+        chunk_size=config.model.logits_chunk, fault=fault(config, "prm"))
   return training.make_prm_step(
       model_config, tx, num_steps=config.task.max_steps, model=kind,
       value_weight=cfg.value_weight, balance_classes=cfg.balance_classes,
       micro_batch_size=cfg.micro_batch_size,
-      chunk_size=config.model.logits_chunk)
+      chunk_size=config.model.logits_chunk, fault=fault(config, "prm"))
 
 
 def logprob_pass(config, model_config, section="rl", temperature=1.0):

@@ -43,6 +43,7 @@ from rl_rewards.runners import programs
 from rl_rewards.runners import tasks as tasks_lib
 from rl_rewards.runners.methods import base as method_base
 from rl_rewards.sharding import mesh as mesh_lib
+from rl_rewards.train import nonfinite
 
 STAGE = "rl"
 
@@ -338,7 +339,8 @@ def run(ctx, params, ref_params=None, verifier=None):
         ctx.model_config, ctx.mesh, extra.params, extra.tx, heads=extra.heads)
 
   ckpt = ctx.checkpointer(STAGE)
-  meta = {"seconds": 0.0, "initial_eval": None}
+  meta = {"seconds": 0.0, "initial_eval": None, "last_eval": None,
+          "skip_run": 0}
   if ckpt.latest_step() is not None:
     state, meta = ckpt.restore(context_lib.abstract_like(state, shardings))
     done = ckpt.done_info()
@@ -382,7 +384,12 @@ def run(ctx, params, ref_params=None, verifier=None):
         ctx, state["policy"].params, rng=ctx.rng("eval", 0), with_pass_n=False)
     ctx.writer.write(STAGE, 0, meta["initial_eval"])
   seconds = float(meta["seconds"])
-  last_eval = dict(meta["initial_eval"])
+  # The latest held-out evaluation: a run resumed from its final checkpoint
+  # summarises it instead of evaluating again.
+  last_eval = dict(meta.get("last_eval") or meta["initial_eval"])
+  guard = nonfinite.SkipGuard(STAGE, ctx.config.train.max_consecutive_skips,
+                              run=int(meta.get("skip_run", 0)),
+                              what="policy update")
   update_keys = ("tokens", "attention_mask", "response_mask", "old_logprobs",
                  "advantages") + (("ref_logprobs",) if cfg.kl_coef > 0
                                   else ()) + tuple(method.update_keys)
@@ -450,6 +457,7 @@ def run(ctx, params, ref_params=None, verifier=None):
         minibatch = jax.device_put({k: batch[k][rows] for k in update_keys},
                                    batch_sharding)
         state["policy"], metrics = policy_step(state["policy"], minibatch)
+        guard.observe(step + 1, metrics["skipped"])
         state, extra_metrics = method.update(state, minibatch)
         update_records.append(context_lib.host_scalars(
             {**metrics, **extra_metrics}))
@@ -463,6 +471,7 @@ def run(ctx, params, ref_params=None, verifier=None):
     record.update(rollout_metrics(scored, info["lengths"], cfg.group_size,
                                   ctx.task.has_step_labels))
     record.update(info["verifier"])
+    record["train/skipped_updates"] = int(state["policy"].skipped)
     record.update({
         "time/rollout_s": t1 - t0 - info["reward_s"],
         "time/reward_s": info["reward_s"], "time/prm_s": t2 - t1,
@@ -487,8 +496,10 @@ def run(ctx, params, ref_params=None, verifier=None):
           ("train/reward_mean", "eval/accuracy", "perf/tokens_per_sec",
            "time/step_s")))
     if step % cfg.checkpoint_every_steps == 0 or step == cfg.steps:
-      meta.update(seconds=seconds)
+      meta.update(seconds=seconds, last_eval=last_eval,
+                  skip_run=guard.flush())
       ckpt.save(step, state, meta)
+  guard.flush()
 
   pass_key = f"eval/pass@{ctx.config.eval.pass_n}"
   if ctx.config.eval.pass_n > 1 and pass_key not in last_eval:

@@ -1,10 +1,11 @@
 """The SFT stage: warm-start the policy on reference solutions.
 
 SFT stops on a target held-out accuracy rather than a fixed step count (a
-quick greedy "gate" eval every `gate_every_steps`), with a step cap and a
-wall-clock cap as safety nets: on the arithmetic task accuracy jumps from ~0
-to 40-60 % at a time that varies by seed (spec/feasibility.md), so a fixed
-budget either wastes time or stops before the jump.
+quick greedy "gate" eval every `gate_every_steps`), with a step cap as the
+safety net: on the arithmetic task accuracy jumps from ~0 to 40-60 % at a
+time that varies by seed (spec/feasibility.md), so a fixed budget either
+wastes time or stops before the jump. A wall-clock cap (`max_seconds`) is an
+opt-in: it makes a slower machine stop at another step.
 
 The batch of step s is a pure function of s (fresh problems s·B … s·B+B−1 of
 the train split, or a fixed set of `dataset_size` problems reshuffled every
@@ -25,6 +26,7 @@ from rl_rewards.runners import context as context_lib
 from rl_rewards.runners import evaluation
 from rl_rewards.runners import programs
 from rl_rewards.sharding import mesh as mesh_lib
+from rl_rewards.train import nonfinite
 
 STAGE = "sft"
 
@@ -84,7 +86,7 @@ def run(ctx, params=None):
       ctx.model_config, ctx.mesh, params, tx)
   ckpt = ctx.checkpointer(STAGE)
   meta = {"compute_seconds": 0.0, "gate_accuracy": None,
-          "converged": False, "stopped": False}
+          "converged": False, "stopped": False, "skip_run": 0}
   if ckpt.latest_step() is not None:
     state, meta = ckpt.restore(context_lib.abstract_like(state, shardings))
     done = ckpt.done_info()
@@ -104,10 +106,13 @@ def run(ctx, params=None):
   compute = float(meta["compute_seconds"])
   last = log_time = time.time()
   stopped, converged = bool(meta["stopped"]), bool(meta["converged"])
+  guard = nonfinite.SkipGuard(STAGE, ctx.config.train.max_consecutive_skips,
+                              run=int(meta.get("skip_run", 0)))
   while not stopped:
     batch = put_step_batch(ctx, step)
     state, step_metrics = jit_step(state, batch)
     step += 1
+    guard.observe(step, step_metrics["skipped"])
     if step % cfg.log_every_steps == 0:
       values = context_lib.host_scalars(step_metrics)
       now = time.time()
@@ -116,7 +121,8 @@ def run(ctx, params=None):
                         max(now - log_time, 1e-9))
       last = log_time = now
       record = {f"train/{k}": v for k, v in values.items()}
-      record.update({"perf/tokens_per_sec": tokens_per_sec,
+      record.update({"train/skipped_updates": int(state.skipped),
+                     "perf/tokens_per_sec": tokens_per_sec,
                      "time/compute_s": compute})
       ctx.writer.write(STAGE, step, record)
       metrics_lib.print_status(metrics_lib.format_status(
@@ -135,18 +141,21 @@ def run(ctx, params=None):
           f"(target {cfg.target_accuracy:.2f}; {compute:.0f}s of compute)")
       if gate["eval/accuracy"] >= cfg.target_accuracy:
         stopped, converged = True, True
-    if step >= cfg.max_steps or compute >= cfg.max_seconds:
+    if step >= cfg.max_steps or (cfg.max_seconds and
+                                 compute >= cfg.max_seconds):
       stopped = True
     if stopped or step % cfg.checkpoint_every_steps == 0:
       meta.update(compute_seconds=compute, converged=converged,
-                  stopped=stopped)
+                  stopped=stopped, skip_run=guard.flush())
       ckpt.save(step, state, meta)
+  guard.flush()
 
   final = evaluation.evaluate(ctx, state.params, rng=ctx.rng("eval", 0))
   summary = dict(final)
   summary.update({"sft/steps": step, "sft/compute_seconds": compute,
                   "sft/converged": converged,
-                  "sft/gate_accuracy": meta["gate_accuracy"]})
+                  "sft/gate_accuracy": meta["gate_accuracy"],
+                  "sft/skipped_updates": int(state.skipped)})
   ctx.writer.write(STAGE, step, final)
   if not converged:
     metrics_lib.print_status(
@@ -201,11 +210,15 @@ def run_continue(ctx, params):
                                   with_pass_n=False)
     ctx.writer.write(CONTINUE_STAGE, 0, dict(initial, seconds=0.0, samples=0))
   last, compiling = time.time(), True
+  guard = nonfinite.SkipGuard(CONTINUE_STAGE,
+                              ctx.config.train.max_consecutive_skips,
+                              run=int(meta.get("skip_run", 0)))
   while seconds < cfg.continue_seconds:
     batch = put_step_batch(ctx,
                            step + CONTINUE_INDEX_OFFSET // cfg.batch_size)
     state, step_metrics = jit_step(state, batch)
     step += 1
+    guard.observe(step, step_metrics["skipped"])
     if compiling:
       # The first step's time is compilation, not training compute.
       jax.block_until_ready(step_metrics)
@@ -228,13 +241,15 @@ def run_continue(ctx, params):
             f"{record['eval/accuracy']:.3f}")
       ctx.writer.write(CONTINUE_STAGE, step, record)
     if step % cfg.checkpoint_every_steps == 0:
-      meta["seconds"] = seconds
+      meta.update(seconds=seconds, skip_run=guard.flush())
       ckpt.save(step, state, meta)
+  meta["skip_run"] = guard.flush()
   final = evaluation.evaluate(ctx, state.params, rng=ctx.rng("eval", 0))
   ctx.writer.write(CONTINUE_STAGE, step, dict(final, seconds=seconds,
                                               samples=step * cfg.batch_size))
   summary = dict(final, **{"sft_continue/steps": step,
-                           "sft_continue/seconds": seconds})
+                           "sft_continue/seconds": seconds,
+                           "sft_continue/skipped_updates": int(state.skipped)})
   meta["seconds"] = seconds
   if ckpt.latest_step() != step:  # The loop may have just saved this step.
     ckpt.save(step, state, meta)

@@ -33,7 +33,8 @@ CHUNK = models.DEFAULT_LOGITS_CHUNK
 
 def make_update_step(loss_fn, tx: optax.GradientTransformation,
                      metric_prefix: str = "", *, normalizer_fn=None,
-                     micro_batch_size: int = 0, group_size: int = 1):
+                     micro_batch_size: int = 0, group_size: int = 1,
+                     fault=None):
   """`(state, batch) -> (state, metrics)` from a loss function.
 
   Without `normalizer_fn`, `loss_fn(params, batch)` returns `(loss,
@@ -60,6 +61,9 @@ def make_update_step(loss_fn, tx: optax.GradientTransformation,
       Must divide the batch (checked when the step is traced).
     group_size: rows of a group that must stay in one micro-batch (losses
       over the samples of a prompt).
+    fault: `(step, loss, grads) -> (loss, grads)` applied before the guard,
+      with `step` the step counter after this update (`nonfinite.fault_fn`:
+      a test hook injecting non-finite values), or None.
   """
   if normalizer_fn is None and micro_batch_size:
     raise ValueError("make_update_step: micro-batches need a loss written "
@@ -82,6 +86,8 @@ def make_update_step(loss_fn, tx: optax.GradientTransformation,
         return loss, aux, grads
 
       loss, aux, grads = microbatch.accumulate(part, batch, num, group_size)
+    if fault is not None:
+      loss, grads = fault(state.step + 1, loss, grads)
     state, opt_metrics = state_lib.apply_gradients(state, grads, loss, tx)
     return state, {**aux, **{metric_prefix + k: v
                              for k, v in opt_metrics.items()}}
@@ -91,7 +97,8 @@ def make_update_step(loss_fn, tx: optax.GradientTransformation,
 
 def make_sft_step(model_config: models.ModelConfig,
                   tx: optax.GradientTransformation, *,
-                  micro_batch_size: int = 0, chunk_size: int = CHUNK):
+                  micro_batch_size: int = 0, chunk_size: int = CHUNK,
+                  fault=None):
   """Supervised fine-tuning on reference solutions.
 
   loss = Σ_{b,t} −log π(x_{b,t} | x_{b,<t})·m_{b,t} / Σ m, with m the
@@ -114,7 +121,7 @@ def make_sft_step(model_config: models.ModelConfig,
     return loss, {"loss": loss, "tokens": jnp.sum(mask)}
 
   return make_update_step(loss_fn, tx, normalizer_fn=normalizers,
-                          micro_batch_size=micro_batch_size)
+                          micro_batch_size=micro_batch_size, fault=fault)
 
 
 def make_eval_loss(model_config: models.ModelConfig, *,
@@ -145,7 +152,8 @@ def make_policy_step(model_config: models.ModelConfig,
                      clip_low: float, clip_high: float, clip_c: float,
                      loss_agg_mode: str, kl_coef: float, kl_estimator: str,
                      loss_scale: float = 1.0, micro_batch_size: int = 0,
-                     chunk_size: int = CHUNK, temperature: float = 1.0):
+                     chunk_size: int = CHUNK, temperature: float = 1.0,
+                     fault=None):
   """One PPO-clip policy update on a rollout (mini)batch.
 
   Per token (ρ = π_θ/π_old, A the advantage, π_θ of logits / `temperature`,
@@ -208,7 +216,7 @@ def make_policy_step(model_config: models.ModelConfig,
     return loss, metrics
 
   return make_update_step(loss_fn, tx, normalizer_fn=normalizers,
-                          micro_batch_size=micro_batch_size)
+                          micro_batch_size=micro_batch_size, fault=fault)
 
 
 def make_logprob_fn(model_config: models.ModelConfig, *,
@@ -265,7 +273,8 @@ def make_values_fn(model_config: models.ModelConfig, *,
 def make_value_step(model_config: models.ModelConfig,
                     tx: optax.GradientTransformation, *,
                     clip_range: float, loss_agg_mode: str = "token-mean",
-                    micro_batch_size: int = 0):
+                    micro_batch_size: int = 0,
+                    fault=None):
   """One clipped value-regression update (PPO critic).
 
   L = ½·agg(max((V − G)², (clip(V, V_old ± c) − G)²)) over `response_mask`,
@@ -299,7 +308,7 @@ def make_value_step(model_config: models.ModelConfig,
 
   return make_update_step(loss_fn, tx, metric_prefix="value_",
                           normalizer_fn=normalizers,
-                          micro_batch_size=micro_batch_size)
+                          micro_batch_size=micro_batch_size, fault=fault)
 
 
 def row_normalizers(batch):
@@ -311,7 +320,8 @@ def row_normalizers(batch):
 def make_implicit_prm_step(model_config: models.ModelConfig,
                            tx: optax.GradientTransformation, *, beta: float,
                            group_size: int, micro_batch_size: int = 0,
-                           chunk_size: int = CHUNK):
+                           chunk_size: int = CHUNK,
+                           fault=None):
   """One implicit-PRM update with cross-entropy on outcome labels (PRIME).
 
     z_i = β Σ_t m_{i,t} (log π_φ(y_{i,t}) − log π_ref(y_{i,t}));
@@ -357,4 +367,4 @@ def make_implicit_prm_step(model_config: models.ModelConfig,
   return make_update_step(loss_fn, tx, metric_prefix="prm_",
                           normalizer_fn=normalizers,
                           micro_batch_size=micro_batch_size,
-                          group_size=group_size)
+                          group_size=group_size, fault=fault)

@@ -142,3 +142,28 @@ def test_write_is_atomic_replace(tmp_path):
   assert [r["index"] for r in label_store.read_shard(
       label_store.shard_path(directory, 0))] == [5, 6]
   assert sorted(os.listdir(directory)) == ["shard-00000.jsonl"]
+
+
+def test_a_kill_inside_a_shard_write_leaves_no_shard(tmp_path, monkeypatch):
+  from rl_rewards import kill_points  # pylint: disable=g-import-not-at-top
+
+  class Killed(BaseException):
+    pass
+
+  def killed():
+    raise Killed()
+
+  directory = str(tmp_path / "labels")
+  label_store.write_shard(directory, 0, [_record(0)])
+  monkeypatch.setenv(kill_points.KILL_ENV, "labels.shard:1")
+  monkeypatch.setattr(kill_points, "kill_now", killed)
+  kill_points.reset()
+  with pytest.raises(Killed):
+    label_store.write_shard(directory, 1, [_record(1)])
+  monkeypatch.delenv(kill_points.KILL_ENV)
+  kill_points.reset()
+  # The shard's content is complete in a temporary file: only shard 0 is.
+  assert label_store.complete_shards(directory) == [0]
+  assert any(".tmp" in name for name in os.listdir(directory))
+  label_store.remove_partial_files(directory)
+  assert os.listdir(directory) == ["shard-00000.jsonl"]

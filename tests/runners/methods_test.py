@@ -97,6 +97,17 @@ def test_config_runs_two_rl_steps(name, arg, sft_dir, tmp_path,
     assert "prm/first_error_agreement" in records[0]
 
 
+def test_a_nonfinite_policy_update_is_skipped_and_the_run_goes_on(sft_dir,
+                                                                 tmp_path):
+  summary = pipeline.run(_config("grpo", sft_dir, **{
+      "debug.nonfinite_steps": "policy:1:grad_inf"}), str(tmp_path))
+  assert summary["stages"]["rl"]["rl/skipped_updates"] == 1
+  assert summary["stages"]["rl"]["rl/steps"] == 2
+  records = [r for r in metrics_lib.read_metrics(str(tmp_path))
+             if r["stage"] == "rl" and "train/loss" in r]
+  assert [r["train/skipped"] for r in records] == [1.0, 0.0]
+
+
 def test_prime_implicit_rewards_are_zero_at_initialisation(sft_dir, tmp_path):
   # No accuracy filter: at `test` size every answer is wrong, and the filter
   # would drop every group from the PRM update.

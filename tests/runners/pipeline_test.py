@@ -187,3 +187,86 @@ def test_the_run_writes_tensorboard_files(uninterrupted):
     assert any(t.startswith(stage + "/") for t in tags), (stage, tags)
   assert [e.step for e in reader.Scalars("rl/train/reward_mean")] == [1, 2, 3, 4]
   assert [e.step for e in reader.Scalars("rl/eval/accuracy")] == [0, 1, 2, 3, 4]
+
+
+class _Killed(BaseException):
+  """What a kill point raises here instead of SIGKILL (nothing catches it)."""
+
+
+def _run_killed_at(monkeypatch, spec, workdir):
+  """One "process": a run that dies at kill point `spec` (or finishes)."""
+  from rl_rewards import kill_points  # pylint: disable=g-import-not-at-top
+
+  def killed():
+    raise _Killed(spec)
+
+  with monkeypatch.context() as patch:
+    patch.setenv(kill_points.KILL_ENV, spec)
+    patch.setattr(kill_points, "kill_now", killed)
+    kill_points.reset()
+    try:
+      with pytest.raises(_Killed):
+        pipeline.run(_config(), workdir)
+    finally:
+      kill_points.reset()
+
+
+def test_killed_inside_writes_resumes_exactly(uninterrupted, tmp_path,
+                                              monkeypatch):
+  from experiments.benchmarks import faults  # pylint: disable=g-import-not-at-top
+  reference_dir, _ = uninterrupted
+  workdir = str(tmp_path / "killed")
+  # Inside the second label shard's write (its temporary file is complete).
+  _run_killed_at(monkeypatch, "labels.shard:2", workdir)
+  assert faults.inspect_kill(workdir)["partial_shard"]
+  # Inside the labels stage's done marker: its summary record is written.
+  _run_killed_at(monkeypatch, "checkpoint.done:1", workdir)
+  assert faults.inspect_kill(workdir)["stage"] == "labels"
+  # Records: the labels summary again, prm steps 2 and 4, then half of the
+  # prm stage's summary record, after its final checkpoint: the resumed
+  # stage must rebuild the same summary.
+  _run_killed_at(monkeypatch, "metrics.write:4", workdir)
+  assert faults.inspect_kill(workdir) == {
+      "stage": "prm", "partial_checkpoint": False, "partial_shard": False,
+      "torn_metrics_line": True, "lock_held": False}  # Released on raise.
+  # Just before the final RL checkpoint (step 4): resumes from step 2.
+  _run_killed_at(monkeypatch, "checkpoint.save:2", workdir)
+  pipeline.run(_config(), workdir)
+  assert faults.compare(reference_dir, workdir) == []
+
+
+def test_rl_killed_after_its_final_checkpoint_resumes_exactly(uninterrupted,
+                                                              tmp_path):
+  from experiments.benchmarks import faults  # pylint: disable=g-import-not-at-top
+  import shutil  # pylint: disable=g-import-not-at-top
+  reference_dir, _ = uninterrupted
+  workdir = str(tmp_path / "copy")
+  shutil.copytree(reference_dir, workdir)
+  # What a kill between the final RL checkpoint and its done marker leaves.
+  os.remove(os.path.join(workdir, "checkpoints", "rl", "stage_done.json"))
+  os.remove(os.path.join(workdir, "summary.json"))
+  pipeline.run(_config(), workdir)
+  assert faults.compare(reference_dir, workdir) == []
+
+
+def test_nonfinite_sft_updates_are_skipped_counted_and_stop_the_run(tmp_path):
+  from rl_rewards.train import nonfinite  # pylint: disable=g-import-not-at-top
+  config = _config(**{"debug.nonfinite_steps": "sft:2:loss_nan"})
+  config.stages = "sft"
+  summary = pipeline.run(config, str(tmp_path / "one"))
+  assert summary["stages"]["sft"]["sft/skipped_updates"] == 1
+  assert summary["stages"]["sft"]["sft/steps"] == 4
+  records = {r["step"]: r for r in metrics_lib.read_metrics(
+      str(tmp_path / "one")) if "train/loss" in r}
+  assert [records[s]["train/skipped"] for s in (1, 2, 3, 4)] == [0, 1, 0, 0]
+  assert [records[s]["train/skipped_updates"] for s in (1, 2, 3, 4)] == [
+      0, 1, 1, 1]
+  on_disk = metrics_lib.read_json(str(tmp_path / "one" / "summary.json"))
+  assert on_disk["stages"]["sft"]["sft/skipped_updates"] == 1
+
+  config = _config(**{"debug.nonfinite_steps": "sft:1-3",
+                      "train.max_consecutive_skips": 3})
+  config.stages = "sft"
+  with pytest.raises(nonfinite.NonFiniteError,
+                     match=r"\[sft\] 3 consecutive .*stopping at sft step 3"):
+    pipeline.run(config, str(tmp_path / "three"))
