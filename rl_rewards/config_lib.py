@@ -126,10 +126,11 @@ def base_config():
       weight_decay=0.01,
       b2=0.98,
       grad_clip=1.0,
-      # Hard cap on SFT steps (~7 min of compute on 2 CPU cores at the
-      # default size). Every stopping rule counts steps or samples, so a run
-      # stops at the same step on any machine.
-      max_steps=800,
+      # Hard cap on SFT steps (~7 min of compute on 2 idle CPU cores at the
+      # default size, where the wall-clock cap of earlier versions stopped).
+      # Every stopping rule counts steps or samples, so a run stops at the
+      # same step on any machine.
+      max_steps=450,
       # Opt-in wall-clock cap (compute time, evals excluded; 0: none). A
       # slower machine stops at another step, so a time-capped run is not
       # reproducible across machines.
