@@ -44,24 +44,24 @@ import numpy as np
 
 import rl_rewards.core as rc
 
-_BATCH = flags.DEFINE_integer("batch", 1024, "Number of responses B.")
+_BATCH = flags.DEFINE_integer("batch", 1024, "Number of responses B.", allow_override=True)
 _LENGTH = flags.DEFINE_integer("length", 2048, "Padded response length T.")
 _GROUP_SIZE = flags.DEFINE_integer("group_size", 8, "Samples per prompt.")
 _REPEATS = flags.DEFINE_integer("repeats", 5,
-                                "Minimum timed calls per window.")
+                                "Minimum timed calls per window.", allow_override=True)
 _MIN_SECONDS = flags.DEFINE_float(
     "min_seconds", 1.0, "Minimum wall-clock length of a timing window.")
 _ROUNDS = flags.DEFINE_integer(
     "rounds", 3, "Alternating timing windows per estimator and side.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the random inputs.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the random inputs.", allow_override=True)
 _GAMMA = flags.DEFINE_float("gamma", 0.99, "GAE discount.")
 _LAM = flags.DEFINE_float("lam", 0.95, "GAE lambda.")
 _TOLERANCE = flags.DEFINE_float("tolerance", 1e-4,
-                                "Max abs difference allowed after whitening.")
+                                "Max abs difference allowed after whitening.", allow_override=True)
 _PEER_PYTHON = flags.DEFINE_string(
     "peer_python", None, "Python of a virtual environment with verl; "
     "without it only our side is timed.")
-_OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.")
+_OUT = flags.DEFINE_string("out", None, "Write the results as JSON here.", allow_override=True)
 
 _PEER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                             "advantages_peer.py")

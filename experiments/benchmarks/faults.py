@@ -395,9 +395,9 @@ def tables(result: dict) -> str:
 
 _CONFIG = flags.DEFINE_string("config", "configs/default.py:size=test",
                               "The pipeline's config (all four stages).")
-_OUT = flags.DEFINE_string("out", "runs/faults", "Output directory.")
+_OUT = flags.DEFINE_string("out", "runs/faults", "Output directory.", allow_override=True)
 _KILLS = flags.DEFINE_integer("kills", 50, "Stop after this many kills.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the kill plans.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the kill plans.", allow_override=True)
 _ASYNC = flags.DEFINE_bool("async_save", False,
                            "Asynchronous checkpoints (checkpoint.async_save).")
 _MAX_KILLS = flags.DEFINE_integer("max_kills_per_trial", 3,

@@ -36,7 +36,7 @@ from rl_rewards.tasks import verifiers
 VERIFIERS = ("exact", "gsm8k", "math", "reasoning_gym", "step_checker")
 STATUSES = ("ok", "oversize", "timeout", "error", "crash", "wrong_type")
 
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the corpus's fuzz items.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the corpus's fuzz items.", allow_override=True)
 _NUM_FUZZ = flags.DEFINE_integer("num_fuzz", 150, "Random corpus items.")
 _TIMEOUT = flags.DEFINE_float("timeout_s", verifiers.DEFAULT_TIMEOUT_S,
                               "Time limit per pooled verifier call.")

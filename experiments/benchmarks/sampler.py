@@ -36,7 +36,7 @@ import time
 from absl import app
 from absl import flags
 
-_OUT = flags.DEFINE_string("out", None, "Where to write the JSON results.")
+_OUT = flags.DEFINE_string("out", None, "Where to write the JSON results.", allow_override=True)
 _SIZES = flags.DEFINE_list("sizes", ["tiny", "small"], "Model presets.")
 _BATCHES = flags.DEFINE_list("batches", ["8", "64"], "Batch sizes.")
 _NEW_TOKENS = flags.DEFINE_list("new_tokens", ["64", "256"],
@@ -44,7 +44,7 @@ _NEW_TOKENS = flags.DEFINE_list("new_tokens", ["64", "256"],
 _MODES = flags.DEFINE_list("modes", ["greedy", "sampled"],
                            "greedy (temperature 0) and/or sampled (T = 1).")
 _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 24, "Prompt slots.")
-_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per side.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per side.", allow_override=True)
 _TINY_VOCAB = flags.DEFINE_integer("tiny_vocab_size", 18,
                                    "Vocabulary of the tiny model.")
 _SMALL_VOCAB = flags.DEFINE_integer("small_vocab_size", 1024,
@@ -53,7 +53,7 @@ _TORCH_THREADS = flags.DEFINE_integer(
     "torch_threads", 0,
     "PyTorch intra-op threads; 0 = time one warm-up call with 1 thread and "
     "one with all cores for each configuration and keep the faster (on a "
-    "busy machine OpenMP spinning can make all cores many times slower).")
+    "busy machine OpenMP spinning can make all cores many times slower).", allow_override=True)
 _SEGMENTED_MIN_TOKENS = flags.DEFINE_integer(
     "segmented_min_tokens", None,
     "Overrides sampler.SEGMENTED_DECODE_MIN_TOKENS (decoding in segments with "

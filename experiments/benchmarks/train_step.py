@@ -78,12 +78,12 @@ _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"],
 _SHAPES = flags.DEFINE_list("shapes", ["4x128", "8x256"],
                             "Batch shapes as BxT (sequences x slots).")
 _BATCH = flags.DEFINE_integer("batch", None,
-                              "With --seq_len: time this one shape only.")
+                              "With --seq_len: time this one shape only.", allow_override=True)
 _SEQ_LEN = flags.DEFINE_integer("seq_len", None,
                                 "With --batch: time this one shape only.")
 _STEPS = flags.DEFINE_list("steps", ["sft", "policy"],
                            "Which steps to time: sft and/or policy.")
-_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per side.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per side.", allow_override=True)
 _KL_COEF = flags.DEFINE_float("kl_coef", 0.05,
                               "β of the policy step's k3 KL term (> 0).")
 _COMPARE_TORCH = flags.DEFINE_bool(
@@ -92,7 +92,7 @@ _COMPARE_TORCH = flags.DEFINE_bool(
 _TORCH_THREADS = flags.DEFINE_integer(
     "torch_threads", 0,
     "PyTorch intra-op threads on CPU; 0 = time one warm-up call with 1 "
-    "thread and one with all cores and keep the faster.")
+    "thread and one with all cores and keep the faster.", allow_override=True)
 _NUM_DEVICES = flags.DEFINE_integer(
     "num_devices", 0, "Devices of our data-parallel mesh (0 = all).")
 _PEAK_TFLOPS = flags.DEFINE_float(
@@ -100,7 +100,7 @@ _PEAK_TFLOPS = flags.DEFINE_float(
     "(989 = H100 SXM bf16).")
 _TOLERANCE = flags.DEFINE_float(
     "tolerance", None, "Largest relative first-step loss difference "
-    "called agreement (default 1e-4 in float32, 3e-2 in bfloat16).")
+    "called agreement (default 1e-4 in float32, 3e-2 in bfloat16).", allow_override=True)
 
 _PAD = 0
 
