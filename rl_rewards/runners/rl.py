@@ -340,7 +340,7 @@ def run(ctx, params, ref_params=None, verifier=None):
 
   ckpt = ctx.checkpointer(STAGE)
   meta = {"seconds": 0.0, "initial_eval": None, "last_eval": None,
-          "skip_run": 0}
+          "skip_runs": {}}
   if ckpt.latest_step() is not None:
     state, meta = ckpt.restore(context_lib.abstract_like(state, shardings))
     done = ckpt.done_info()
@@ -387,9 +387,14 @@ def run(ctx, params, ref_params=None, verifier=None):
   # The latest held-out evaluation: a run resumed from its final checkpoint
   # summarises it instead of evaluating again.
   last_eval = dict(meta.get("last_eval") or meta["initial_eval"])
-  guard = nonfinite.SkipGuard(STAGE, ctx.config.train.max_consecutive_skips,
-                              run=int(meta.get("skip_run", 0)),
-                              what="policy update")
+  # Consecutive skipped updates per trained model: each policy update, and
+  # for the method's models each RL step with a skipped update.
+  guards = {name: nonfinite.SkipGuard(
+      f"{STAGE}/{name}", ctx.config.train.max_consecutive_skips,
+      run=int((meta.get("skip_runs") or {}).get(name, 0)),
+      what="policy update" if name == "policy" else "step")
+            for name in state}
+  skipped_before = {name: int(model.skipped) for name, model in state.items()}
   update_keys = ("tokens", "attention_mask", "response_mask", "old_logprobs",
                  "advantages") + (("ref_logprobs",) if cfg.kl_coef > 0
                                   else ()) + tuple(method.update_keys)
@@ -457,7 +462,7 @@ def run(ctx, params, ref_params=None, verifier=None):
         minibatch = jax.device_put({k: batch[k][rows] for k in update_keys},
                                    batch_sharding)
         state["policy"], metrics = policy_step(state["policy"], minibatch)
-        guard.observe(step + 1, metrics["skipped"])
+        guards["policy"].observe(step + 1, metrics["skipped"])
         state, extra_metrics = method.update(state, minibatch)
         update_records.append(context_lib.host_scalars(
             {**metrics, **extra_metrics}))
@@ -472,6 +477,12 @@ def run(ctx, params, ref_params=None, verifier=None):
                                   ctx.task.has_step_labels))
     record.update(info["verifier"])
     record["train/skipped_updates"] = int(state["policy"].skipped)
+    for name, model in state.items():
+      if name != "policy":
+        skipped = int(model.skipped)
+        guards[name].observe(step, skipped > skipped_before[name])
+        skipped_before[name] = skipped
+        record[f"train/{name}_skipped_updates"] = skipped
     record.update({
         "time/rollout_s": t1 - t0 - info["reward_s"],
         "time/reward_s": info["reward_s"], "time/prm_s": t2 - t1,
@@ -497,9 +508,10 @@ def run(ctx, params, ref_params=None, verifier=None):
            "time/step_s")))
     if step % cfg.checkpoint_every_steps == 0 or step == cfg.steps:
       meta.update(seconds=seconds, last_eval=last_eval,
-                  skip_run=guard.flush())
+                  skip_runs={n: g.flush() for n, g in guards.items()})
       ckpt.save(step, state, meta)
-  guard.flush()
+  for guard in guards.values():
+    guard.flush()
 
   pass_key = f"eval/pass@{ctx.config.eval.pass_n}"
   if ctx.config.eval.pass_n > 1 and pass_key not in last_eval:
@@ -510,6 +522,8 @@ def run(ctx, params, ref_params=None, verifier=None):
   summary.update({"rl/steps": step, "rl/seconds": seconds,
                   "rl/samples": step * rollout_batch,
                   "rl/skipped_updates": int(state["policy"].skipped)})
+  summary.update({f"rl/{name}_skipped_updates": int(model.skipped)
+                  for name, model in state.items() if name != "policy"})
   ckpt.mark_done(step, summary)
   ckpt.close()
   return state["policy"].params, summary

@@ -108,6 +108,16 @@ def test_a_nonfinite_policy_update_is_skipped_and_the_run_goes_on(sft_dir,
   assert [r["train/skipped"] for r in records] == [1.0, 0.0]
 
 
+def test_consecutive_skipped_implicit_prm_updates_stop_the_run(sft_dir,
+                                                              tmp_path):
+  from rl_rewards.train import nonfinite  # pylint: disable=g-import-not-at-top
+  config = _config("prime", sft_dir, **{
+      "debug.nonfinite_steps": "implicit_prm:1-2:loss_nan",
+      "train.max_consecutive_skips": 2, "rl.filter_accuracy": False})
+  with pytest.raises(nonfinite.NonFiniteError, match=r"rl/implicit_prm.*2"):
+    pipeline.run(config, str(tmp_path))
+
+
 def test_prime_implicit_rewards_are_zero_at_initialisation(sft_dir, tmp_path):
   # No accuracy filter: at `test` size every answer is wrong, and the filter
   # would drop every group from the PRM update.
