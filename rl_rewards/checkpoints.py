@@ -15,6 +15,7 @@ done before its last checkpoint is complete.
 
 import json
 import os
+import re
 import shutil
 
 import jax
@@ -26,6 +27,9 @@ from rl_rewards import kill_points
 from rl_rewards import metrics as metrics_lib
 
 _DONE_FILE = "stage_done.json"
+# Orbax writes step N to "N.orbax-checkpoint-tmp-<id>" and renames it to "N"
+# once complete.
+_TMP_STEP_DIR = re.compile(r"^\d+\.orbax-checkpoint-tmp")
 
 
 class Checkpointer:
@@ -48,10 +52,17 @@ class Checkpointer:
     self.directory = os.path.abspath(directory)
     self._extra_meta = extra_meta
     self._async = async_save
-    if cleanup and os.path.isdir(self.directory):
+    if (cleanup and os.path.isdir(self.directory)
+        and metrics_lib.is_primary()):
+      # Done before orbax opens the directory: orbax's own clean-up of
+      # temporary step directories runs in a background thread, so it may
+      # not have happened yet when the caller looks at the directory.
       for name in os.listdir(self.directory):
+        path = os.path.join(self.directory, name)
         if name.startswith(_DONE_FILE + ".tmp"):  # A killed mark_done's.
-          os.remove(os.path.join(self.directory, name))
+          os.remove(path)
+        elif _TMP_STEP_DIR.match(name) and os.path.isdir(path):
+          shutil.rmtree(path, ignore_errors=True)  # A killed save's.
     self._manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(
