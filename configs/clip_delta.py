@@ -20,9 +20,10 @@ from rl_rewards import config_lib
 
 
 def get_config(arg=None):
-  arg = config_lib.parse_arg(arg, size="tiny", sft="", labels="", prm="",
-                             model="generative", target="progress",
-                             mode="clip_delta")
+  arg = config_lib.parse_arg(
+      arg, size="tiny", regime="standard", sft="", labels="", prm="",
+      model="generative", target="progress",
+      mode="clip_delta")
   config = config_lib.base_config()
   config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
                              prm=arg.prm, model=arg.model, target=arg.target)
@@ -30,7 +31,7 @@ def get_config(arg=None):
   config.rl.clip_delta_mode = arg.mode
   config.rl.clip_eta = 0.5
   config.rl.process_coef = 1.0
-  return config_lib.apply_size(config, arg.size)
+  return config_lib.apply_size(config, arg.size, regime=arg.regime)
 
 
 def get_sweep():

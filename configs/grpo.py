@@ -14,8 +14,10 @@ from rl_rewards import config_lib
 
 
 def get_config(arg=None):
-  arg = config_lib.parse_arg(arg, size="tiny", sft="")
-  config = config_lib.apply_size(config_lib.base_config(), arg.size)
+  arg = config_lib.parse_arg(
+      arg, size="tiny", regime="standard", sft="")
+  config = config_lib.apply_size(config_lib.base_config(), arg.size,
+                                 regime=arg.regime)
   config.sft.init_from = arg.sft
   config.rl.method = "outcome"
   config.rl.advantage_estimator = "grpo"

@@ -15,14 +15,15 @@ from rl_rewards import config_lib
 
 
 def get_config(arg=None):
-  arg = config_lib.parse_arg(arg, size="tiny", sft="", labels="", prm="",
-                             model="generative", target="progress", coef=1.0)
+  arg = config_lib.parse_arg(
+      arg, size="tiny", regime="standard", sft="", labels="", prm="",
+      model="generative", target="progress", coef=1.0)
   config = config_lib.base_config()
   config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
                              prm=arg.prm, model=arg.model, target=arg.target)
   config.rl.method = "grpo_process"
   config.rl.process_coef = arg.coef
-  return config_lib.apply_size(config, arg.size)
+  return config_lib.apply_size(config, arg.size, regime=arg.regime)
 
 
 def get_sweep():

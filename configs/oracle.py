@@ -12,8 +12,10 @@ from rl_rewards import config_lib
 
 
 def get_config(arg=None):
-  arg = config_lib.parse_arg(arg, size="tiny", sft="", method="pav")
-  config = config_lib.apply_size(config_lib.base_config(), arg.size)
+  arg = config_lib.parse_arg(
+      arg, size="tiny", regime="standard", sft="", method="pav")
+  config = config_lib.apply_size(config_lib.base_config(), arg.size,
+                                 regime=arg.regime)
   config.sft.init_from = arg.sft
   config.rl.method = arg.method
   config.rl.prm_source = "oracle"

@@ -31,8 +31,9 @@ from rl_rewards import config_lib
 
 
 def get_config(arg=None):
-  arg = config_lib.parse_arg(arg, size="tiny", sft="", labels="", prm="",
-                             alpha=0.5, k=4, verifier="head")
+  arg = config_lib.parse_arg(
+      arg, size="tiny", regime="standard", sft="", labels="", prm="",
+      alpha=0.5, k=4, verifier="head")
   config = config_lib.base_config()
   config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
                              prm=arg.prm, model=arg.verifier, target="soft")
@@ -41,7 +42,7 @@ def get_config(arg=None):
   config.rl.advantage_estimator = "drgrpo"  # r - group mean (Eq. 5).
   config.rl.pav_alpha = arg.alpha
   config.rl.prover_k = arg.k
-  return config_lib.apply_size(config, arg.size)
+  return config_lib.apply_size(config, arg.size, regime=arg.regime)
 
 
 def get_sweep():

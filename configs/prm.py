@@ -29,8 +29,9 @@ from rl_rewards import config_lib
 
 
 def get_config(arg=None):
-  arg = config_lib.parse_arg(arg, size="tiny", sft="", model="generative",
-                             target="progress")
+  arg = config_lib.parse_arg(
+      arg, size="tiny", regime="standard", sft="", model="generative",
+      target="progress")
   config = config_lib.base_config()
   config.stages = "sft,labels,prm,prm_eval"
   config.sft.init_from = arg.sft
@@ -49,7 +50,8 @@ def get_config(arg=None):
   config.prm_eval.valid_problems = 500
   config.prm_eval.bon_problems = 200
   config.prm_eval.bon_samples = 64
-  return config_lib.apply_size(config, arg.size)  # `test` shrinks sections.
+  # `test` shrinks sections.
+  return config_lib.apply_size(config, arg.size, regime=arg.regime)
 
 
 def get_sweep():

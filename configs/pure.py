@@ -26,9 +26,10 @@ from rl_rewards import config_lib
 
 
 def get_config(arg=None):
-  arg = config_lib.parse_arg(arg, size="tiny", sft="", labels="", prm="",
-                             model="generative", target="progress",
-                             vr=1.0, temperature=0.1, credit="softmin")
+  arg = config_lib.parse_arg(
+      arg, size="tiny", regime="standard", sft="", labels="", prm="",
+      model="generative", target="progress",
+      vr=1.0, temperature=0.1, credit="softmin")
   config = config_lib.base_config()
   config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
                              prm=arg.prm, model=arg.model, target=arg.target)
@@ -36,7 +37,7 @@ def get_config(arg=None):
   config.rl.verifiable_reward_coef = arg.vr
   config.rl.pure_temperature = arg.temperature
   config.rl.pure_credit = arg.credit
-  return config_lib.apply_size(config, arg.size)
+  return config_lib.apply_size(config, arg.size, regime=arg.regime)
 
 
 def get_sweep():

@@ -18,9 +18,11 @@ from rl_rewards import config_lib
 
 
 def get_config(arg=None):
-  arg = config_lib.parse_arg(arg, size="tiny", sft="", baseline="none",
-                             kl=0.01)
-  config = config_lib.apply_size(config_lib.base_config(), arg.size)
+  arg = config_lib.parse_arg(
+      arg, size="tiny", regime="standard", sft="", baseline="none",
+      kl=0.01)
+  config = config_lib.apply_size(config_lib.base_config(), arg.size,
+                                 regime=arg.regime)
   config.sft.init_from = arg.sft
   config.rl.method = "reinforce_pp"
   config.rl.reinforce_baseline = arg.baseline

@@ -176,7 +176,9 @@ def base_config():
       advantage_estimator="grpo",   # Outcome baseline: grpo | drgrpo | rloo
       advantage_eps=1e-6,
       prm_source="model",      # Step scores from: model (trained PRM) | oracle
-      log_oracle_agreement=True,  # Log PRM vs step-checker agreement.
+      # Log how the verifier's scores and the process part of the advantage
+      # agree with the step checker (prm/*, train/process_*).
+      log_oracle_agreement=True,
       # pi_old of the PPO ratio: auto (recompute with the update's forward
       # pass where the sampler's log-probs can differ: non-float32
       # activations or sampler copy, temperature != 1, top_p < 1) |
@@ -385,17 +387,24 @@ def nonfinite_steps(spec: str) -> dict:
   return out
 
 
-def apply_size(config, size: str):
-  """Shrinks a config for tests (`size="test"`); `tiny` keeps the defaults.
+def apply_size(config, size: str, regime: str = "standard"):
+  """Shrinks a config for tests (`size="test"`), then applies a regime.
 
-  The `test` size is for the test suite and smoke runs: a ~20 k-parameter
-  model, 2-3 operation problems, a few steps of each stage.
+  `tiny` keeps the defaults. The `test` size is for the test suite and smoke
+  runs: a ~20 k-parameter model, 2-3 operation problems, a few steps of each
+  stage. `regime` names an entry of `REGIMES` (the arithmetic task's
+  difficulty presets), applied last.
   """
   if size not in ("test", "tiny", "small"):
     raise ConfigError(f"size: unknown size {size!r}; use test, tiny or small.")
   config.model.size = size
-  if size != "test":
-    return config
+  if size == "test":
+    _shrink_for_tests(config)
+  return apply_regime(config, regime)
+
+
+def _shrink_for_tests(config):
+  """The `test` size's sections (see `apply_size`)."""
   config.task.max_ops = 3
   config.task.max_new_tokens = 48
   config.task.max_steps = 8
@@ -429,6 +438,57 @@ def apply_size(config, size: str):
   config.prm_eval.bon_problems = 4
   config.prm_eval.bon_samples = 16
   config.prm_eval.prompts_per_batch = 8
+
+
+# Regimes of the arithmetic task: what each stresses, and the keys it sets.
+# A regime sets the task's difficulty and the SFT gate (where RL starts), and
+# may trade prompts for samples per prompt at the same samples per step; it
+# never touches a method's own keys, so every method config accepts every
+# regime (`--config=configs/grpo.py:regime=long_sparse`). Measured starting
+# accuracy, all-wrong-group fraction and cost: README, "Regimes".
+REGIMES = {
+    # 2-6 operations, SFT to 40 % held-out accuracy: most groups are mixed,
+    # so the outcome reward already says much about which samples erred.
+    "standard": "today's task: 2-6 operations, RL from 40 % accuracy",
+    # 4-9 operations (up to ~100 response tokens), SFT stopped at 20 %: most
+    # groups are all wrong, so an outcome advantage is zero for them, while a
+    # process signal still marks the first wrong step of each sample.
+    "long_sparse": "4-9 operations, RL from 20 % accuracy: sparse outcome",
+    # long_sparse with 4 samples per prompt and twice the prompts (the same
+    # 256 samples a step): P(all n wrong) = (1 - p)^n rises from 0.17 to
+    # 0.41 at p = 0.2, so outcome-only methods lose even more groups, while
+    # a process reward's signal does not depend on the group's other
+    # samples. The lever of the process-reward papers' sample-efficiency
+    # claims: the dense signal exists where the group baseline has none.
+    "long_sparse_n4": "long_sparse with 4 samples per prompt, 2x prompts",
+}
+
+
+def apply_regime(config, regime: str):
+  """Sets the keys of `REGIMES[regime]` on `config` (see `REGIMES`)."""
+  if regime not in REGIMES:
+    raise ConfigError(f"regime: unknown regime {regime!r}; one of "
+                      f"{', '.join(REGIMES)}.")
+  if regime == "standard":
+    return config
+  task = config.task
+  task.min_ops, task.max_ops = 4, 9
+  # BOS + 2 digits + 9 x 3 + "=" = 31 prompt tokens; 9 steps of 11
+  # characters, the answer line and EOS = 104 response tokens.
+  task.max_prompt_len = max(task.max_prompt_len, 32)
+  task.max_new_tokens = max(task.max_new_tokens, 112)
+  config.sft.target_accuracy = min(config.sft.target_accuracy, 0.20)
+  # Longer chains are learned later: the cap of the standard regime (450
+  # steps) stops SFT near 0 % accuracy.
+  if config.model.size != "test":
+    config.sft.max_steps = max(config.sft.max_steps, 1500)
+  if regime == "long_sparse_n4":
+    rl = config.rl
+    if rl.group_size % 2:
+      raise ConfigError(f"regime: {regime} halves rl.group_size, which is "
+                        f"odd ({rl.group_size}).")
+    rl.group_size //= 2
+    rl.prompts_per_step *= 2
   return config
 
 

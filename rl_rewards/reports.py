@@ -74,77 +74,237 @@ def samples_to_reach(samples, accuracy, target):
   return None if not hits.size else int(samples[hits[0]])
 
 
-def summarize_comparison(root, methods, seeds, baseline):
-  results = {}
+def stage_seconds(workdir, stage) -> float:
+  """Seconds a finished run spent in `stage` (its summary.json), else 0."""
+  path = os.path.join(workdir, metrics_lib.SUMMARY_FILE)
+  if not os.path.exists(path):
+    return 0.0
+  return float(metrics_lib.read_json(path).get("stage_time_s", {}).get(
+      stage, 0.0))
+
+
+def bootstrap_interval(values, *, draws=2000, level=0.95, seed=0):
+  """Percentile bootstrap interval of the mean of `values` over seeds."""
+  values = np.asarray(values, np.float64)
+  rng = np.random.default_rng(seed)
+  means = values[rng.integers(0, values.size, (draws, values.size))].mean(1)
+  tail = (1 - level) / 2
+  return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
+def reach_per_seed(curve, target, baseline_total):
+  """How much of the baseline's budget a run needs to reach `target`.
+
+  Args:
+    curve: (x, accuracy) arrays of one run (x: samples or seconds).
+    target: the baseline's final accuracy on the same seed.
+    baseline_total: the baseline's whole budget on that seed (same unit).
+
+  Returns:
+    x at the run's first evaluation at or above `target` divided by
+    `baseline_total`, or None if the run never reaches it.
+  """
+  x, accuracy = curve
+  hit = samples_to_reach(np.asarray(x), np.asarray(accuracy), target)
+  return None if hit is None else hit / max(baseline_total, 1e-9)
+
+
+def _reach_summary(fractions):
+  reached = [f for f in fractions if f is not None]
+  out = {"per_seed": fractions, "seeds_reached": len(reached)}
+  if reached and len(reached) == len(fractions):
+    out["mean"] = float(np.mean(reached))
+    out["worst"] = float(np.max(reached))
+    out["interval"] = bootstrap_interval(reached)
+  return out
+
+
+def summarize_comparison(root, methods, seeds, baseline, fixed_costs=None):
+  """Curves and samples/compute-to-reach of every method over seeds.
+
+  Args:
+    root: the comparison's directory (`seed<s>/<method>` runs).
+    methods: method labels.
+    seeds: number of seeds.
+    baseline: the label whose final accuracy is the target.
+    fixed_costs: {method: [(directory, stage)]}: shared stages of a seed
+      (`seed<s>/<directory>`) whose seconds count toward a method's compute
+      (labels, verifier training).
+
+  Returns:
+    {method: {samples, seconds (compute, fixed costs included),
+    accuracy_mean, accuracy_std, final, seeds, and, against the baseline,
+    reach: {samples: ..., compute: ...}}}; `reach` gives per seed the
+    fraction of the baseline's samples (compute) the method needs to reach
+    the baseline's final accuracy of that seed (None: never), and over
+    seeds their mean, worst and a bootstrap 95 % interval when every seed
+    reached it.
+  """
+  fixed_costs = fixed_costs or {}
+  results, per_seed = {}, {}
   for method in methods:
-    runs = [run_curves(os.path.join(root, f"seed{s}", method), method)
-            for s in range(seeds)]
-    runs = [r for r in runs if r[2].size]
+    runs = {}
+    for s in range(seeds):
+      samples, secs, acc = run_curves(os.path.join(root, f"seed{s}", method),
+                                      method)
+      if not acc.size:
+        continue
+      fixed = sum(stage_seconds(os.path.join(root, f"seed{s}", d), stage)
+                  for d, stage in fixed_costs.get(method, ()))
+      runs[s] = (samples, secs + fixed, acc)
     if not runs:
       continue
-    length = min(r[2].size for r in runs)
-    samples = runs[0][0][:length]
-    acc = np.stack([r[2][:length] for r in runs])
-    secs = np.stack([r[1][:length] for r in runs])
+    per_seed[method] = runs
+    length = min(r[2].size for r in runs.values())
+    samples = next(iter(runs.values()))[0][:length]
+    acc = np.stack([r[2][:length] for r in runs.values()])
+    secs = np.stack([r[1][:length] for r in runs.values()])
     results[method] = {"samples": samples.tolist(),
                        "seconds": secs.mean(0).tolist(),
                        "accuracy_mean": acc.mean(0).tolist(),
                        "accuracy_std": acc.std(0).tolist(),
-                       "final": acc[:, -1].tolist(), "seeds": len(runs)}
-  if baseline in results:
-    target = results[baseline]["accuracy_mean"][-1]
-    base_samples = samples_to_reach(
-        np.array(results[baseline]["samples"]),
-        np.array(results[baseline]["accuracy_mean"]), target)
-    for method, r in results.items():
-      if method == "sft_continue":
+                       "final": acc[:, -1].tolist(), "seeds": len(runs),
+                       "seed_ids": sorted(runs)}
+  if baseline not in results:
+    return results
+  target = results[baseline]["accuracy_mean"][-1]
+  base_samples = samples_to_reach(
+      np.array(results[baseline]["samples"]),
+      np.array(results[baseline]["accuracy_mean"]), target)
+  base_runs = per_seed[baseline]
+  for method, r in results.items():
+    if method == "sft_continue":
+      continue
+    reach = samples_to_reach(np.array(r["samples"]),
+                             np.array(r["accuracy_mean"]), target)
+    r["samples_to_baseline_final"] = reach
+    r["sample_ratio"] = (None if reach in (None, 0) or not base_samples
+                         else base_samples / reach)
+    fractions = {"samples": [], "compute": []}
+    for s, (samples, secs, acc) in per_seed[method].items():
+      if s not in base_runs:
         continue
-      reach = samples_to_reach(np.array(r["samples"]),
-                               np.array(r["accuracy_mean"]), target)
-      r["samples_to_baseline_final"] = reach
-      r["sample_ratio"] = (None if reach in (None, 0) or not base_samples
-                           else base_samples / reach)
+      b_samples, b_secs, b_acc = base_runs[s]
+      fractions["samples"].append(reach_per_seed(
+          (samples, acc), b_acc[-1], b_samples[-1]))
+      fractions["compute"].append(reach_per_seed(
+          (secs, acc), b_acc[-1], b_secs[-1]))
+    r["reach"] = {k: _reach_summary(v) for k, v in fractions.items()}
   return results
 
 
+def _fraction_cell(summary):
+  per_seed = " / ".join("never" if f is None else f"{f:.2f}"
+                        for f in summary["per_seed"])
+  if "mean" not in summary:
+    return f"{per_seed} ({summary['seeds_reached']} of " \
+           f"{len(summary['per_seed'])} seeds)"
+  low, high = summary["interval"]
+  return f"{summary['mean']:.2f} [{low:.2f}, {high:.2f}]; {per_seed}"
+
+
 def comparison_table(results, baseline):
+  """Markdown: accuracy, and the fraction of the baseline's samples and
+  compute each method needs to reach the baseline's final accuracy (per
+  seed; mean [95 % bootstrap interval]; 'never' past its budget)."""
   lines = ["| method | seeds | start acc | final acc (mean ± std) | "
-           f"samples to reach {baseline}'s final | {baseline} samples / "
-           "method samples |", "|---|---|---|---|---|---|"]
+           f"samples to reach {baseline}'s final, as a fraction of "
+           f"{baseline}'s | compute to reach it, likewise |",
+           "|---|---|---|---|---|---|"]
   for method, r in results.items():
     final = np.array(r["final"])
-    reach = r.get("samples_to_baseline_final")
-    ratio = r.get("sample_ratio")
+    reach = r.get("reach")
+    cells = (["–", "–"] if reach is None else
+             [_fraction_cell(reach["samples"]), _fraction_cell(
+                 reach["compute"])])
     lines.append(
         f"| {method} | {r['seeds']} | {r['accuracy_mean'][0]:.3f} | "
-        f"{final.mean():.3f} ± {final.std():.3f} | "
-        f"{'–' if reach is None else reach} | "
-        f"{'–' if ratio is None else f'{ratio:.2f}×'} |")
+        f"{final.mean():.3f} ± {final.std():.3f} | {cells[0]} | "
+        f"{cells[1]} |")
   return "\n".join(lines)
 
 
-def plot_comparison(results, path):
+def regime_statistics(root, seeds, baseline, sft_root=""):
+  """Where RL starts in a comparison's regime, and what it costs, per seed.
+
+  Reads each seed's SFT run (`<sft_root or root>/seed<s>/sft`) and the
+  baseline's RL run (`<root>/seed<s>/<baseline>`).
+
+  Returns:
+    [{seed, start_accuracy (held-out, after SFT), sft_steps, sft_seconds,
+    all_wrong_first (fraction of the first rollout's groups with every
+    sample wrong), all_wrong_mean (over the run), zero_signal_mean (groups
+    with one outcome for every sample, over the run), rl_step_seconds
+    (median)}] for the seeds whose runs exist.
+  """
+  rows = []
+  for s in range(seeds):
+    sft_dir = os.path.join(sft_root or root, f"seed{s}", "sft")
+    path = os.path.join(sft_dir, metrics_lib.SUMMARY_FILE)
+    run_dir = os.path.join(root, f"seed{s}", baseline)
+    if not os.path.exists(path) or not os.path.isdir(run_dir):
+      continue
+    summary = metrics_lib.read_json(path)
+    sft = summary["stages"]["sft"]
+    steps = [r for r in metrics_lib.read_metrics(run_dir)
+             if r.get("stage") == "rl" and "train/all_wrong_groups" in r]
+    if not steps:
+      continue
+    rows.append({
+        "seed": s, "start_accuracy": sft.get("eval/accuracy"),
+        "sft_steps": sft.get("sft/steps"),
+        "sft_seconds": summary.get("stage_time_s", {}).get("sft"),
+        "all_wrong_first": steps[0]["train/all_wrong_groups"],
+        "all_wrong_mean": float(np.mean(
+            [r["train/all_wrong_groups"] for r in steps])),
+        "zero_signal_mean": float(np.mean(
+            [r["train/zero_outcome_signal_groups"] for r in steps])),
+        "rl_step_seconds": float(np.median(
+            [r["time/step_s"] for r in steps])),
+    })
+  return rows
+
+
+def regime_table(rows, baseline) -> str:
+  """Markdown of `regime_statistics`."""
+  lines = ["| seed | accuracy after SFT (steps, s) | all-wrong groups, first "
+           f"rollout / mean over {baseline}'s run | groups without outcome "
+           f"signal (mean) | {baseline} s per RL step (median) |",
+           "|---|---|---|---|---|"]
+  for r in rows:
+    lines.append(
+        f"| {r['seed']} | {_fmt(r['start_accuracy'])} ({r['sft_steps']}, "
+        f"{r['sft_seconds'] or 0:.0f}) | {r['all_wrong_first']:.2f} / "
+        f"{r['all_wrong_mean']:.2f} | {r['zero_signal_mean']:.2f} | "
+        f"{r['rl_step_seconds']:.2f} |")
+  return "\n".join(lines)
+
+
+def plot_comparison(results, path, title=""):
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
   for method, r in results.items():
     mean, std = np.array(r["accuracy_mean"]), np.array(r["accuracy_std"])
     if method != "sft_continue":
       x = np.array(r["samples"])
       axes[0].plot(x, mean, label=method)
-      axes[0].fill_between(x, mean - std, mean + std, alpha=0.2)
+      axes[0].fill_between(x, mean - std, mean + std, alpha=0.15)
     x = np.array(r["seconds"])
     axes[1].plot(x, mean, label=method)
-    axes[1].fill_between(x, mean - std, mean + std, alpha=0.2)
+    axes[1].fill_between(x, mean - std, mean + std, alpha=0.15)
   axes[0].set_xlabel("RL samples")
-  axes[1].set_xlabel("wall time of the stage (s)")
+  axes[1].set_xlabel("compute (s): RL, plus labels and verifier training")
   for ax in axes:
     ax.set_ylabel("held-out greedy accuracy")
     ax.grid(alpha=0.3)
-    ax.legend()
+  axes[1].legend(fontsize=7, ncol=2)
+  if title:
+    fig.suptitle(title)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
+  plt.close(fig)
 
 
 def tokens_to_match(curve, tokens):

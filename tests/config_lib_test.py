@@ -140,3 +140,45 @@ def test_logging_section_defaults():
   assert logging.tensorboard is True
   assert logging.wandb_project == "" and logging.wandb_mode == "online"
   assert logging.progress == "auto"
+
+
+def test_regimes_set_the_task_and_keep_samples_per_step():
+  standard = config_lib.apply_size(config_lib.base_config(), "tiny")
+  assert (standard.task.min_ops, standard.task.max_ops) == (2, 6)
+  long = config_lib.apply_size(config_lib.base_config(), "tiny",
+                               regime="long_sparse")
+  assert (long.task.min_ops, long.task.max_ops) == (4, 9)
+  assert long.sft.target_accuracy == 0.20
+  assert long.sft.max_steps == 1500
+  n4 = config_lib.apply_size(config_lib.base_config(), "tiny",
+                             regime="long_sparse_n4")
+  assert (n4.rl.group_size, n4.rl.prompts_per_step) == (4, 64)
+  assert (n4.rl.group_size * n4.rl.prompts_per_step ==
+          long.rl.group_size * long.rl.prompts_per_step)
+  for config in (standard, long, n4):
+    config_lib.validate(config)
+  # The test size keeps its few SFT steps.
+  test = config_lib.apply_size(config_lib.base_config(), "test",
+                               regime="long_sparse")
+  assert test.sft.max_steps == 4 and test.task.max_ops == 9
+
+
+def test_unknown_regime_names_the_choices():
+  with pytest.raises(config_lib.ConfigError, match="long_sparse_n4"):
+    config_lib.apply_size(config_lib.base_config(), "tiny", regime="hard")
+
+
+def test_the_longest_regime_problem_fits_its_prompt_and_response():
+  from rl_rewards.runners import tasks as tasks_lib  # pylint: disable=g-import-not-at-top
+  config = config_lib.apply_size(config_lib.base_config(), "tiny",
+                                 regime="long_sparse")
+  task = tasks_lib.make_task(config.task, config.seed)
+  problems = task.problems("train", 0, 200)
+  longest = max(problems, key=lambda p: p.num_ops)
+  assert longest.num_ops == 9
+  prompts, _ = task.encode_prompts([longest])
+  assert prompts.shape[1] == config.task.max_prompt_len
+  # Raises when the reference solution and EOS do not fit the response.
+  task.encode_sft([longest])
+  (solution,) = task.references([longest])
+  assert len(solution) + 1 <= config.task.max_new_tokens  # + EOS.

@@ -155,6 +155,8 @@ def rollout_metrics(scored, lengths, group_size: int,
       "rows": rewards.size, "groups": groups.shape[0],
       "reward": rewards.sum(),
       "mixed": np.sum(groups.max(axis=1) != groups.min(axis=1)),
+      "all_wrong": np.sum(groups.max(axis=1) <= 0),
+      "all_right": np.sum(groups.min(axis=1) > 0),
       "length": lengths.sum(), "steps": np.sum(scored.num_steps),
       "tokens_per_step": np.sum(lengths / steps_per),
       "empty": np.sum(scored.empty_steps), "all_steps": all_steps.sum(),
@@ -166,6 +168,8 @@ def rollout_metrics(scored, lengths, group_size: int,
       # Groups whose samples all got the same outcome: no outcome signal.
       "train/zero_outcome_signal_groups": (
           1.0 - total["mixed"] / max(total["groups"], 1)),
+      "train/all_wrong_groups": total["all_wrong"] / max(total["groups"], 1),
+      "train/all_right_groups": total["all_right"] / max(total["groups"], 1),
       "train/response_length": total["length"] / rows,
       "train/steps_per_response": total["steps"] / rows,
       "train/tokens_per_step": total["tokens_per_step"] / rows,
@@ -224,6 +228,59 @@ def _first_false(ok, valid):
   """[R] index of the first valid False of `ok` [R, S], −1 when none."""
   bad = valid & ~ok
   return np.where(bad.any(axis=1), bad.argmax(axis=1), -1)
+
+
+def process_signal_metrics(step_process, row_kept, oracle_labels,
+                           num_steps):
+  """Where a method's process signal points, against the step checker.
+
+  Args:
+    step_process: [R, S] the process part of the advantage averaged over
+      each step's tokens (`parts["process"]`, `tokens_to_steps(mean)`).
+    row_kept: [R] bool, rows that take part in the update (not filtered).
+    oracle_labels: [R, S] ground-truth step labels (1 correct, 0 wrong).
+    num_steps: [R] steps of each response (slots 0 .. num_steps − 1).
+
+  Returns (means over all processes' kept rows, `mesh.process_sums`):
+    `train/process_signal_rows`: rows whose process part is non-zero on
+      some step;
+    `train/process_blames_first_error`: of the rows with a wrong step, those
+      whose lowest process advantage (the earliest, on ties) is on the
+      first wrong step;
+    `train/process_negative_at_first_error`: of the same rows, those whose
+      process advantage on the first wrong step is < 0;
+    `train/process_negative_on_correct_rows`: of the rows with every step
+      right, those with a negative process advantage on some step (credit
+      taken from a correct solution).
+  """
+  values = np.asarray(step_process, np.float64)
+  kept = np.asarray(row_kept, bool)
+  steps = np.arange(values.shape[1])[None, :]
+  valid = steps < np.asarray(num_steps)[:, None]
+  labels = np.asarray(oracle_labels) >= 0.5
+  first_error = _first_false(labels, valid)
+  has_error = kept & (first_error >= 0)
+  all_right = kept & (first_error < 0) & valid.any(axis=1)
+  lowest = np.where(valid, values, np.inf).argmin(axis=1)
+  at_error = values[np.arange(values.shape[0]), np.maximum(first_error, 0)]
+  negative = (np.where(valid, values, 0.0) < -1e-8).any(axis=1)
+  total = mesh_lib.process_sums({
+      "kept": kept.sum(), "errors": has_error.sum(),
+      "right": all_right.sum(),
+      "signal": np.sum(kept & (np.abs(np.where(valid, values, 0.0)) >
+                               1e-8).any(axis=1)),
+      "blamed": np.sum(has_error & (lowest == first_error)),
+      "negative": np.sum(has_error & (at_error < -1e-8)),
+      "negative_right": np.sum(all_right & negative)})
+  return {
+      "train/process_signal_rows": total["signal"] / max(total["kept"], 1),
+      "train/process_blames_first_error": (total["blamed"] /
+                                           max(total["errors"], 1)),
+      "train/process_negative_at_first_error": (total["negative"] /
+                                                max(total["errors"], 1)),
+      "train/process_negative_on_correct_rows": (total["negative_right"] /
+                                                 max(total["right"], 1)),
+  }
 
 
 def advantage_diagnostics(advantages, parts: dict, response_mask) -> dict:
@@ -376,6 +433,8 @@ def run(ctx, params, ref_params=None, verifier=None):
   advantage_fn = jax.jit(method.advantages)
   diagnostics_fn = jax.jit(advantage_diagnostics)
   clamp = jax.jit(lambda ids: method_base.clamp_step_ids(ids, num_steps))
+  step_means = jax.jit(lambda x, ids: core.tokens_to_steps(
+      x, ids, num_steps, reduce="mean"))
   step_ends = jax.jit(core.step_end_mask_from_ids)
 
   step = int(state["policy"].step)
@@ -433,7 +492,7 @@ def run(ctx, params, ref_params=None, verifier=None):
     oracle = None
     if ctx.task.has_step_labels and (
         (method.reads_step_scores and verifier is None) or
-        (verifier is not None and cfg.log_oracle_agreement)):
+        cfg.log_oracle_agreement):
       oracle = method_base.oracle_step_arrays(scored.step_labels, num_steps)
     if method.reads_step_scores:
       batch.update(step_score_arrays(ctx, verifier, batch, oracle, put_rows))
@@ -451,6 +510,13 @@ def run(ctx, params, ref_params=None, verifier=None):
     batch["advantages"], parts = advantage_fn(batch)
     record.update(context_lib.host_scalars(diagnostics_fn(
         batch["advantages"], parts, batch["response_mask"])))
+    if "process" in parts and oracle is not None and cfg.log_oracle_agreement:
+      local_process, local_ids = mesh_lib.local_rows(
+          (step_means(parts["process"], batch["step_ids"]),
+           batch["step_ids"]), ctx.mesh)
+      record.update(process_signal_metrics(
+          local_process, weights > 0, oracle["labels"],
+          np.asarray(local_ids).max(axis=1) + 1))
     t3 = time.time()
 
     # Updates.

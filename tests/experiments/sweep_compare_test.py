@@ -73,7 +73,112 @@ def test_compare_samples_to_reach_the_baseline(tmp_path):
   assert results["pav"]["sample_ratio"] == pytest.approx(3.0)
   np.testing.assert_allclose(results["pav"]["accuracy_mean"],
                              [0.4, 0.6, 0.65, 0.7])
+  # Per seed: 2560 of grpo's 7680 samples; the compute axis counts one
+  # record's 2 s per evaluation here (4 s of grpo's 8 s).
+  assert results["pav"]["reach"]["samples"]["per_seed"] == pytest.approx(
+      [1 / 3, 1 / 3])
+  assert results["pav"]["reach"]["compute"]["mean"] == pytest.approx(0.5)
   table = reports.comparison_table(results, "grpo")
-  assert "| pav | 2 | 0.400 | 0.700 ± 0.000 | 2560 | 3.00× |" in table
+  assert ("| pav | 2 | 0.400 | 0.700 ± 0.000 | 0.33 [0.33, 0.33]; "
+          "0.33 / 0.33 | 0.50 [0.50, 0.50]; 0.50 / 0.50 |") in table
   reports.plot_comparison(results, str(tmp_path / "plot.png"))
   assert os.path.getsize(tmp_path / "plot.png") > 1000
+
+
+def test_reach_is_paired_by_seed_and_counts_fixed_costs(tmp_path):
+  # Seed 0: grpo ends at 0.6; pav reaches 0.6 at its 2nd evaluation.
+  # Seed 1: grpo ends at 0.5; pav never reaches 0.5.
+  _write_curve(tmp_path / "seed0" / "grpo", [0.4, 0.5, 0.55, 0.6])
+  _write_curve(tmp_path / "seed0" / "pav", [0.4, 0.45, 0.6, 0.6])
+  _write_curve(tmp_path / "seed1" / "grpo", [0.3, 0.4, 0.45, 0.5])
+  _write_curve(tmp_path / "seed1" / "pav", [0.3, 0.35, 0.4, 0.45])
+  for seed, labels_s in ((0, 2.0), (1, 6.0)):
+    for name, stage in (("labels", "labels"), ("prm_soft", "prm")):
+      os.makedirs(tmp_path / f"seed{seed}" / name)
+      metrics_lib.write_summary(str(tmp_path / f"seed{seed}" / name),
+                                {"stages": {}, "stage_time_s":
+                                 {stage: labels_s}})
+  costs = {"pav": [("labels", "labels"), ("prm_soft", "prm")]}
+  results = reports.summarize_comparison(str(tmp_path), ["grpo", "pav"], 2,
+                                         "grpo", fixed_costs=costs)
+  reach = results["pav"]["reach"]
+  assert reach["samples"]["per_seed"] == [pytest.approx(5120 / 7680), None]
+  assert reach["samples"]["seeds_reached"] == 1
+  assert "mean" not in reach["samples"]  # Not every seed reached it.
+  # Seed 0's compute: 2 + 2 s of labels and verifier, then 6 s of RL to its
+  # 3rd evaluation: 10 s against grpo's 8 s.
+  assert reach["compute"]["per_seed"] == [pytest.approx(10 / 8), None]
+  assert results["pav"]["seconds"][0] == pytest.approx(2 + (4 + 12) / 2)
+  table = reports.comparison_table(results, "grpo")
+  assert "0.67 / never (1 of 2 seeds)" in table
+
+
+def test_bootstrap_interval_brackets_the_mean():
+  low, high = reports.bootstrap_interval([0.2, 0.3, 0.4, 0.5, 0.6])
+  assert 0.2 <= low < 0.4 < high <= 0.6
+  assert reports.bootstrap_interval([0.3, 0.3]) == (0.3, 0.3)
+
+
+def test_compare_knows_its_methods_and_their_shared_costs():
+  compare = pytest.importorskip("experiments.compare")
+  assert compare.method_spec("pav_gen") == ("pav", "verifier=generative", (),
+                                            "pav_gen")
+  assert compare.method_spec("rloo")[3] is None
+  with pytest.raises(ValueError, match="unknown method 'nope'"):
+    compare.method_spec("nope")
+  costs = compare.fixed_costs(["grpo", "pav", "pure", "sft_continue"])
+  assert costs == {"pav": [("labels", "labels"), ("prm_soft", "prm")],
+                   "pure": [("labels", "labels"), ("prm_step", "prm")]}
+  for label, (config, arg, _, verifier) in compare.METHODS.items():
+    spec = f"configs/{config}.py:" + ",".join(
+        a for a in ("regime=long_sparse", arg) if a)
+    assert cli.load_config_file(os.path.join(ROOT, spec)).rl.method, label
+    assert verifier is None or verifier in compare.VERIFIERS
+
+
+@pytest.mark.slow
+def test_compare_runs_a_regime_end_to_end(tmp_path, monkeypatch):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(ROOT)
+  root = tmp_path / "cmp"
+  subprocess.run(
+      [sys.executable, "-m", "experiments.compare", "--size=test",
+       "--regime=long_sparse", "--methods=grpo,pav,oracle,sft_continue",
+       "--seeds=1", "--eval_every_steps=1", f"--workdir={root}"],
+      check=True, capture_output=True, text=True)
+  written = json.loads((root / "compare.json").read_text())
+  results = written["methods"]
+  assert set(results) == {"grpo", "pav", "oracle", "sft_continue"}
+  assert written["regime"]["seeds"][0]["seed"] == 0
+  assert results["grpo"]["reach"]["samples"]["per_seed"][0] is not None
+  table = (root / "compare.md").read_text()
+  assert table.startswith("regime long_sparse")
+  assert "all-wrong groups" in table
+  config = json.loads((root / "seed0" / "pav" / "config.json").read_text())
+  assert config["task"]["max_ops"] == 9 and config["rl"]["eval_every_steps"] == 1
+
+
+def test_regime_statistics_read_sft_and_the_baseline_run(tmp_path):
+  sft = tmp_path / "seed0" / "sft"
+  os.makedirs(sft)
+  metrics_lib.write_summary(str(sft), {
+      "stages": {"sft": {"eval/accuracy": 0.21, "sft/steps": 900}},
+      "stage_time_s": {"sft": 300.0}})
+  run = tmp_path / "seed0" / "grpo"
+  os.makedirs(run)
+  with open(run / "metrics.jsonl", "w") as f:
+    for step, (wrong, zero, secs) in enumerate(
+        [(0.6, 0.7, 3.0), (0.4, 0.5, 2.0), (0.2, 0.3, 2.5)], start=1):
+      f.write(json.dumps({"stage": "rl", "step": step,
+                          "train/all_wrong_groups": wrong,
+                          "train/zero_outcome_signal_groups": zero,
+                          "time/step_s": secs}) + "\n")
+  rows = reports.regime_statistics(str(tmp_path), 2, "grpo")
+  assert rows == [{"seed": 0, "start_accuracy": 0.21, "sft_steps": 900,
+                   "sft_seconds": 300.0, "all_wrong_first": 0.6,
+                   "all_wrong_mean": pytest.approx(0.4),
+                   "zero_signal_mean": pytest.approx(0.5),
+                   "rl_step_seconds": 2.5}]
+  assert "| 0 | 0.210 (900, 300) | 0.60 / 0.40 | 0.50 | 2.50 |" in (
+      reports.regime_table(rows, "grpo"))

@@ -157,11 +157,13 @@ def test_process_reward_stages_are_reused_across_runs(sft_dir, tmp_path):
   assert not os.path.exists(os.path.join(third, "checkpoints", "prm"))
   assert _rl_records(third) == _rl_records(first)
   assert "prm/step_label_agreement" in _rl_records(first)[0]
+  assert "train/process_blames_first_error" in _rl_records(first)[0]
   # Without the oracle agreement log, the same run logs no agreement.
   fourth = str(tmp_path / "pav_quiet")
   pipeline.run(_config("pav", sft_dir, f"prm={first}",
                        **{"rl.log_oracle_agreement": False}), fourth)
-  assert not any(k.startswith("prm/") for k in _rl_records(fourth)[0])
+  assert not any(k.startswith(("prm/", "train/process_"))
+                 for k in _rl_records(fourth)[0])
 
 
 def _random_batch(rng, batch=8, length=12, num_steps=4):

@@ -1,5 +1,7 @@
 """The RL loop's own pieces: π_old, update metrics, advantage diagnostics."""
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,3 +123,38 @@ def test_first_error_agreement():
   got = rl.prm_agreement_metrics(scores, step_ids, labels,
                                  np.array([0.0, 0.0, 1.0]))
   assert got["prm/first_error_agreement"] == pytest.approx(2 / 3)
+
+
+def test_process_signal_metrics_hand_computed():
+  # Row 0: first wrong step 1, lowest process advantage on step 1: blamed,
+  #        negative there.
+  # Row 1: first wrong step 0, lowest on step 2 (−0.5 < −0.1): not blamed,
+  #        but negative on step 0.
+  # Row 2: every step right, a negative value on step 1: credit taken.
+  # Row 3: every step right, no process signal at all.
+  # Row 4: a wrong step, but filtered out of the update: ignored.
+  # Slot 2 of rows 0 and 3 is past their last step and is ignored.
+  process = np.array([[0.2, -0.3, -9.0], [-0.1, 0.0, -0.5],
+                      [0.0, -0.2, 0.1], [0.0, 0.0, -9.0],
+                      [-1.0, 0.0, 0.0]])
+  labels = np.array([[1, 0, 0], [0, 1, 1], [1, 1, 1], [1, 1, 0], [0, 0, 0]],
+                    np.float32)
+  kept = np.array([True, True, True, True, False])
+  num_steps = np.array([2, 3, 3, 2, 3])
+  got = rl.process_signal_metrics(process, kept, labels, num_steps)
+  assert got == pytest.approx({
+      "train/process_signal_rows": 3 / 4,
+      "train/process_blames_first_error": 1 / 2,
+      "train/process_negative_at_first_error": 2 / 2,
+      "train/process_negative_on_correct_rows": 1 / 2})
+
+
+def test_rollout_metrics_count_all_wrong_and_all_right_groups():
+  scored = types.SimpleNamespace(
+      rewards=np.array([0, 0, 1, 0, 1, 1], np.float32),
+      num_steps=np.array([2, 2, 2, 2, 2, 2]),
+      step_labels=[[1, 0]] * 6, empty_steps=np.zeros(6))
+  got = rl.rollout_metrics(scored, np.full(6, 10), group_size=2)
+  assert got["train/all_wrong_groups"] == pytest.approx(1 / 3)
+  assert got["train/all_right_groups"] == pytest.approx(1 / 3)
+  assert got["train/zero_outcome_signal_groups"] == pytest.approx(2 / 3)
