@@ -321,6 +321,41 @@ _TOKENS = {"tokens": jnp.int32, "attention_mask": jnp.int32}
 _ROLLOUT = dict(_TOKENS, response_mask=jnp.float32)
 
 
+@dataclasses.dataclass(frozen=True)
+class PlannedPass:
+  """A forward pass a method runs over each rollout with a model of its own
+  (`Method.planned_programs`): `fn(params, tokens, attention_mask)`."""
+  name: str
+  heads: tuple
+  fn: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedUpdate:
+  """An update of a model a method trains beside the policy
+  (`Method.planned_programs`).
+
+  Attributes:
+    name: the program's name in the plan, e.g. "rl/value_update".
+    model: the model's name in the RL state (`Method.models`).
+    heads: the heads its parameters hold.
+    tx: its optimizer.
+    step_fn: the pure `(state, batch) -> (state, metrics)` update.
+    dtypes: its batch keys beyond tokens, attention and response masks.
+    rows: "minibatch" (once per policy minibatch) or "rollout" (once per
+      rollout, whole groups).
+    widths: second dimension of batch keys that are not [B, T] (0: [B]).
+  """
+  name: str
+  model: str
+  heads: tuple
+  tx: Any
+  step_fn: Callable
+  dtypes: dict
+  rows: str = "minibatch"
+  widths: dict = dataclasses.field(default_factory=dict)
+
+
 def pipeline_programs(config, model_config, mesh) -> list[ProgramBuilder]:
   """Every program the stages of `config` compile, as builders by rows.
 
@@ -424,32 +459,22 @@ def pipeline_programs(config, model_config, mesh) -> list[ProgramBuilder]:
     live["policy"] = consumed["rl/policy_update"] = per_device_bytes(state)
     if not (cfg.sampler_dtype or cfg.sampler_gather_fsdp):
       consumed["rl/rollout"] = per_device_bytes(policy)
-    if cfg.method == "ppo":
-      value = abstract_params(model_config, mesh, ("score",))
-      builders.append(_pass("rl/values", rollout_rows, ways, length,
-                            values_pass(config, model_config), (value,),
-                            mesh))
-      consumed["rl/values"] = per_device_bytes(value)
-      tx = rl_optimizer(cfg, cfg.value_learning_rate)
-      state, shardings = abstract_state(model_config, mesh, tx, ("score",))
-      fn = jit_update(value_step_fn(config, model_config, tx), shardings,
-                      mesh)
+    for planned in method.planned_programs(model_config):
+      if isinstance(planned, PlannedPass):
+        params = abstract_params(model_config, mesh, planned.heads)
+        builders.append(_pass(planned.name, rollout_rows, ways, length,
+                              planned.fn, (params,), mesh))
+        consumed[planned.name] = per_device_bytes(params)
+        continue
+      state, shardings = abstract_state(model_config, mesh, planned.tx,
+                                        planned.heads)
+      fn = jit_update(planned.step_fn, shardings, mesh)
+      whole = planned.rows == "rollout"
       builders.append(_update(
-          "rl/value_update", minibatch, ways, length, fn, state,
-          dict(_ROLLOUT, old_values=jnp.float32, returns=jnp.float32), mesh))
-      live["value"] = consumed["rl/value_update"] = per_device_bytes(state)
-    if cfg.method == "prime":
-      tx = rl_optimizer(cfg, cfg.prime_learning_rate)
-      state, shardings = abstract_state(model_config, mesh, tx)
-      fn = jit_update(implicit_prm_step_fn(config, model_config, tx),
-                      shardings, mesh)
-      builders.append(_update(
-          "rl/implicit_prm_update", rollout_rows, ways * cfg.group_size,
-          length, fn, state,
-          dict(_ROLLOUT, ref_logprobs=jnp.float32, labels=jnp.float32), mesh,
-          {"labels": 0}))
-      live["implicit_prm"] = per_device_bytes(state)
-      consumed["rl/implicit_prm_update"] = live["implicit_prm"]
+          planned.name, rollout_rows if whole else minibatch,
+          ways * cfg.group_size if whole else ways, length, fn, state,
+          dict(_ROLLOUT, **planned.dtypes), mesh, planned.widths))
+      live[planned.model] = consumed[planned.name] = per_device_bytes(state)
     for builder in builders[first_rl:]:
       builder.resident = sum(live.values()) - consumed.get(builder.name, 0)
   return builders

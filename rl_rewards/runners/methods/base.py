@@ -8,8 +8,8 @@ The RL loop (`runners/rl.py`) reads rollout → signals → advantages → updat
   check(verifier)                      signals(ctx, state, batch)
   models(ctx, params)                    -> (state, batch, record)
   build(ctx, shardings)                advantages(batch) -> (A [B, T], parts)
-                                       update(state, minibatch)
-                                         -> (state, metrics)
+  planned_programs(model_config)       update(state, minibatch)
+    (what the planner compiles)          -> (state, metrics)
 
 `Method` itself is outcome-only credit assignment with no extra model; each
 method module subclasses it and overrides what it needs. Two class flags
@@ -115,6 +115,13 @@ class Method:
   def build(self, ctx, shardings: dict):
     """Builds the method's jitted programs once the states exist."""
     del ctx, shardings
+
+  def planned_programs(self, model_config) -> tuple:
+    """The programs of the method's own models, for the memory planner
+    (`programs.pipeline_programs`): `programs.PlannedPass` and
+    `programs.PlannedUpdate` entries, with the functions `build` jits."""
+    del model_config
+    return ()
 
   # ----------------------------------------------------------- per step ---
 

@@ -10,6 +10,7 @@ G_t in every policy minibatch.
 """
 
 import jax
+import jax.numpy as jnp
 
 from rl_rewards import core
 from rl_rewards import models
@@ -45,6 +46,16 @@ class PPO(base.Method):
         shardings["value"], ctx.mesh)
     self.values_fn = programs.values_pass(ctx.config, ctx.model_config)
     self.returns_fn = jax.jit(lambda b: gae(self.cfg, b)[1])
+
+  def planned_programs(self, model_config):
+    tx = programs.rl_optimizer(self.cfg, self.cfg.value_learning_rate)
+    return (
+        programs.PlannedPass("rl/values", ("score",),
+                             programs.values_pass(self.config, model_config)),
+        programs.PlannedUpdate(
+            "rl/value_update", "value", ("score",), tx,
+            programs.value_step_fn(self.config, model_config, tx),
+            {"old_values": jnp.float32, "returns": jnp.float32}))
 
   def signals(self, ctx, state, batch):
     values = self.values_fn(state["value"].params, batch["tokens"],

@@ -58,6 +58,14 @@ class PRIME(base.Method):
     self.logprob_fn = programs.logprob_pass(ctx.config, ctx.model_config)
     self.batch_sharding = mesh_lib.batch_sharding(ctx.mesh)
 
+  def planned_programs(self, model_config):
+    tx = programs.rl_optimizer(self.cfg, self.cfg.prime_learning_rate)
+    return (programs.PlannedUpdate(
+        "rl/implicit_prm_update", "implicit_prm", ("lm",), tx,
+        programs.implicit_prm_step_fn(self.config, model_config, tx),
+        {"ref_logprobs": jnp.float32, "labels": jnp.float32},
+        rows="rollout", widths={"labels": 0}),)
+
   def signals(self, ctx, state, batch):
     mask = batch["response_mask"]
     logp = self.logprob_fn(state["implicit_prm"].params, batch["tokens"],
