@@ -3,6 +3,7 @@
 import dataclasses
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -413,3 +414,38 @@ def test_the_oracle_needs_a_task_with_step_labels():
     methods.check_config(config)
   config.rl.method = "outcome"  # Reads no step scores: nothing to check.
   methods.check_config(config)
+
+
+def test_prime_loop_filters_groups_before_its_advantages(sft_dir, tmp_path,
+                                                         monkeypatch):
+  # Rows 0-7 (groups 0-3 of 2 samples) all correct: mean 1 > 0.8, filtered
+  # out; rows 8-15 alternate: mean 0.5, kept.
+  original = tasks_lib.ArithTask.score
+
+  def score(self, problems, texts, finished):
+    scored = original(self, problems, texts, finished)
+    rewards = np.zeros(len(texts), np.float32)
+    rewards[:8] = 1.0
+    rewards[8::2] = 1.0
+    return dataclasses.replace(scored, rewards=rewards)
+
+  seen = []
+  advantages = methods.prime.PRIME.advantages
+
+  def spy(self, batch):  # Runs under jit: read the mask back on the host.
+    jax.debug.callback(lambda m: seen.append(np.asarray(m).sum(axis=1)),
+                       batch["response_mask"])
+    return advantages(self, batch)
+
+  monkeypatch.setattr(tasks_lib.ArithTask, "score", score)
+  monkeypatch.setattr(methods.prime.PRIME, "advantages", spy)
+  config = _config("prime", sft_dir, **{"rl.steps": 1})
+  assert config.rl.filter_accuracy and config.rl.group_size == 2
+  pipeline.run(config, str(tmp_path))
+  (mask_rows,) = seen
+  # The advantages (their RLOO and whitening statistics) see the filtered
+  # rows with an all-zero response mask, the kept rows as sampled.
+  assert np.all(mask_rows[:8] == 0) and np.all(mask_rows[8:] > 0)
+  records = [r for r in metrics_lib.read_metrics(str(tmp_path))
+             if r["stage"] == "rl" and "train/loss" in r]
+  assert records[0]["train/kept_fraction"] == 0.5
