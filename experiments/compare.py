@@ -91,6 +91,11 @@ _OVERRIDES = flags.DEFINE_multi_string(
 
 
 def _train(config_spec, workdir, overrides=()):
+  """Runs (or resumes) one run; a finished one (its summary.json is written
+  last) is reused as it is, so its recorded stage times stay its own."""
+  if os.path.exists(os.path.join(workdir, metrics_lib.SUMMARY_FILE)):
+    print(f"  reusing {workdir}", flush=True)
+    return
   args = [sys.executable, "-m", "experiments.train", f"--config={config_spec}",
           f"--workdir={workdir}"] + [f"--config.{o}" for o in overrides]
   os.makedirs(workdir, exist_ok=True)

@@ -231,7 +231,8 @@ def regime_statistics(root, seeds, baseline, sft_root=""):
   baseline's RL run (`<root>/seed<s>/<baseline>`).
 
   Returns:
-    [{seed, start_accuracy (held-out, after SFT), sft_steps, sft_seconds,
+    [{seed, start_accuracy (held-out, after SFT), sft_steps, sft_seconds
+    (SFT compute, evaluations excluded),
     all_wrong_first (fraction of the first rollout's groups with every
     sample wrong), all_wrong_mean (over the run), zero_signal_mean (groups
     with one outcome for every sample, over the run), rl_step_seconds
@@ -253,7 +254,7 @@ def regime_statistics(root, seeds, baseline, sft_root=""):
     rows.append({
         "seed": s, "start_accuracy": sft.get("eval/accuracy"),
         "sft_steps": sft.get("sft/steps"),
-        "sft_seconds": summary.get("stage_time_s", {}).get("sft"),
+        "sft_seconds": sft.get("sft/compute_seconds"),
         "all_wrong_first": steps[0]["train/all_wrong_groups"],
         "all_wrong_mean": float(np.mean(
             [r["train/all_wrong_groups"] for r in steps])),

@@ -163,8 +163,9 @@ def test_regime_statistics_read_sft_and_the_baseline_run(tmp_path):
   sft = tmp_path / "seed0" / "sft"
   os.makedirs(sft)
   metrics_lib.write_summary(str(sft), {
-      "stages": {"sft": {"eval/accuracy": 0.21, "sft/steps": 900}},
-      "stage_time_s": {"sft": 300.0}})
+      "stages": {"sft": {"eval/accuracy": 0.21, "sft/steps": 900,
+                         "sft/compute_seconds": 300.0}},
+      "stage_time_s": {"sft": 0.1}})  # A rerun that reused the stage.
   run = tmp_path / "seed0" / "grpo"
   os.makedirs(run)
   with open(run / "metrics.jsonl", "w") as f:
