@@ -17,6 +17,11 @@ is the progress under a Best-of-K prover, Q^mu = 1 - (1 - Q^pi)^K. Neither
 term is divided by a group std, so alpha means the paper's alpha in every
 group. `alpha=0` is exactly outcome-only Dr. GRPO.
 
+`refresh=1e-4` refreshes the verifier during RL on each rollout (every
+step's target: the response's outcome, a one-sample Monte-Carlo Q^pi of the
+current policy; rl_rewards/runners/verifier_refresh.py) at that learning
+rate, so Q^pi follows the policy instead of staying the SFT policy's.
+
 `verifier=generative` is a generative PAV: Q^pi is read from the LM head
 (the probability it gives the step's tokens, fine-tuned on the same Q-hat
 targets) and V^pi from the score head at the question's end.
@@ -33,7 +38,7 @@ from rl_rewards import config_lib
 def get_config(arg=None):
   arg = config_lib.parse_arg(
       arg, size="tiny", regime="standard", sft="", labels="", prm="",
-      alpha=0.5, k=4, verifier="head")
+      alpha=0.5, k=4, verifier="head", refresh=0.0)
   config = config_lib.base_config()
   config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
                              prm=arg.prm, model=arg.verifier, target="soft")
@@ -42,6 +47,7 @@ def get_config(arg=None):
   config.rl.advantage_estimator = "drgrpo"  # r - group mean (Eq. 5).
   config.rl.pav_alpha = arg.alpha
   config.rl.prover_k = arg.k
+  config.rl.verifier_refresh_lr = arg.refresh
   return config_lib.apply_size(config, arg.size, regime=arg.regime)
 
 

@@ -47,6 +47,7 @@ METHODS = {
     "ppo": ("ppo", "", (), None),
     "pav": ("pav", "", (), "pav_head"),
     "pav_gen": ("pav", "verifier=generative", (), "pav_gen"),
+    "pav_refresh": ("pav", "refresh=0.0001", (), "pav_head"),
     "oracle": ("oracle", "", (), None),
     "pure": ("pure", "", (), "step"),
     "pure_min": ("pure", "credit=min", (), "step"),

@@ -176,6 +176,11 @@ def base_config():
       advantage_estimator="grpo",   # Outcome baseline: grpo | drgrpo | rloo
       advantage_eps=1e-6,
       prm_source="model",      # Step scores from: model (trained PRM) | oracle
+      # > 0: refresh a Q^pi verifier (score head or generative, soft labels)
+      # on each rollout, with every step's target the response's outcome (a
+      # one-sample Monte-Carlo Q^pi of the current policy), at this learning
+      # rate (runners/verifier_refresh.py). 0: the verifier stays as trained.
+      verifier_refresh_lr=0.0,
       # Log how the verifier's scores and the process part of the advantage
       # agree with the step checker (prm/*, train/process_*).
       log_oracle_agreement=True,
@@ -728,6 +733,8 @@ def validate(config):
   _require(rl.clip_delta_mode in ("clip", "delta", "clip_delta"),
            "rl.clip_delta_mode", "must be clip, delta or clip_delta.")
   _require(rl.prover_k >= 1, "rl.prover_k", "must be >= 1.")
+  _require(rl.verifier_refresh_lr >= 0, "rl.verifier_refresh_lr",
+           "must be >= 0 (0: no refresh).")
   _require(rl.pure_temperature > 0, "rl.pure_temperature", "must be > 0.")
   _require(rl.old_logprobs in ("auto", "recompute", "sampler"),
            "rl.old_logprobs", "must be auto, recompute or sampler, got "

@@ -321,13 +321,17 @@ class ModelScorer:
     what the memory planner compiles."""
     return self._score.lower(*self.params, tokens, attention_mask, step_ids)
 
-  def score_rollout(self, tokens, attention_mask, step_ids) -> dict:
+  def score_rollout(self, tokens, attention_mask, step_ids,
+                    params=None) -> dict:
     """`{"step_scores" [B, S], "v_init" [B]}` as device arrays (RL stage).
 
-    `step_ids` must already be clamped to the scorer's S slots.
+    `step_ids` must already be clamped to the scorer's S slots. `params`
+    (shaped like `self.params`) replaces the verifier's own, e.g. a verifier
+    refreshed during RL.
     """
-    step_scores, _, v_init = self._score(*self.params, tokens,
-                                         attention_mask, step_ids)
+    params = self.params if params is None else tuple(params)
+    step_scores, _, v_init = self._score(*params, tokens, attention_mask,
+                                         step_ids)
     return {"step_scores": step_scores, "v_init": v_init}
 
   def score_batch(self, batch: SolutionBatch) -> dict:

@@ -23,7 +23,9 @@ of the rollout (whole groups: `mesh.process_rows`); rewards and step labels
 go back on the mesh as global arrays, and rollout metrics are combined from
 per-process sums, so every process logs the numbers of a single-process run.
 The checkpointed state holds every trained model (`policy`, and `value` or
-`implicit_prm`) with its own optimizer state.
+`implicit_prm`, and `verifier` when `rl.verifier_refresh_lr` refreshes the
+verifier on each rollout: `runners/verifier_refresh.py`) with its own
+optimizer state.
 """
 
 import time
@@ -41,6 +43,7 @@ from rl_rewards.runners import evaluation
 from rl_rewards.runners import methods as methods_lib
 from rl_rewards.runners import programs
 from rl_rewards.runners import tasks as tasks_lib
+from rl_rewards.runners import verifier_refresh
 from rl_rewards.runners.methods import base as method_base
 from rl_rewards.sharding import mesh as mesh_lib
 from rl_rewards.train import nonfinite
@@ -328,13 +331,16 @@ def recompute_old_logprobs(config) -> bool:
           cfg.temperature not in (0.0, 1.0) or cfg.top_p < 1.0)
 
 
-def step_score_arrays(ctx, verifier, batch, oracle, put_rows):
+def step_score_arrays(ctx, verifier, batch, oracle, put_rows,
+                      verifier_params=None):
   """The verifier's (or oracle's) step signal of a rollout batch.
 
   Returns `step_scores` [B, S] (P(step correct)), `q_values` [B, S] (Q^π of
   each prefix) and `v_init` [B] (V^π of the question) as device arrays. A
-  learned verifier's scores are its Q^π; the oracle gives 0/1 step labels,
-  a perfect prover's Q (1 until the first wrong step) and V = 1.
+  learned verifier's scores are its Q^π (with `verifier_params`, the
+  refreshed verifier's parameters instead of its trained ones); the oracle
+  gives 0/1 step labels, a perfect prover's Q (1 until the first wrong
+  step) and V = 1.
   """
   if verifier is None:
     return {"step_scores": put_rows(oracle["labels"]),
@@ -342,7 +348,8 @@ def step_score_arrays(ctx, verifier, batch, oracle, put_rows):
             "v_init": put_rows(oracle["v_init"])}
   scores = verifier.scorer.score_rollout(batch["tokens"],
                                          batch["attention_mask"],
-                                         batch["step_ids"])
+                                         batch["step_ids"],
+                                         params=verifier_params)
   return {"step_scores": scores["step_scores"],
           "q_values": scores["step_scores"], "v_init": scores["v_init"]}
 
@@ -394,6 +401,13 @@ def run(ctx, params, ref_params=None, verifier=None):
   for name, extra in method.models(ctx, params).items():
     state[name], shardings[name] = context_lib.create_state(
         ctx.model_config, ctx.mesh, extra.params, extra.tx, heads=extra.heads)
+  refresh = None
+  if verifier_refresh.enabled(ctx.config):
+    verifier_refresh.check(ctx.config, verifier)
+    refresh_tx = programs.rl_optimizer(cfg, cfg.verifier_refresh_lr)
+    state["verifier"], shardings["verifier"] = context_lib.create_state(
+        ctx.model_config, ctx.mesh, verifier.scorer.params[0], refresh_tx,
+        heads=verifier_refresh.HEADS[verifier.model])
 
   ckpt = ctx.checkpointer(STAGE)
   meta = {"seconds": 0.0, "initial_eval": None, "last_eval": None,
@@ -423,6 +437,9 @@ def run(ctx, params, ref_params=None, verifier=None):
       programs.policy_step_fn(ctx.config, ctx.model_config, tx),
       shardings["policy"], ctx.mesh)
   method.build(ctx, shardings)
+  if "verifier" in state:
+    refresh = verifier_refresh.make(ctx, verifier, refresh_tx,
+                                    shardings["verifier"])
   reference_fn = programs.logprob_pass(ctx.config, ctx.model_config)
   old_logprob_fn = (programs.logprob_pass(
       ctx.config, ctx.model_config,
@@ -495,7 +512,9 @@ def run(ctx, params, ref_params=None, verifier=None):
         cfg.log_oracle_agreement):
       oracle = method_base.oracle_step_arrays(scored.step_labels, num_steps)
     if method.reads_step_scores:
-      batch.update(step_score_arrays(ctx, verifier, batch, oracle, put_rows))
+      batch.update(step_score_arrays(
+          ctx, verifier, batch, oracle, put_rows,
+          (state["verifier"].params,) if refresh is not None else None))
       if verifier is not None and oracle is not None:
         record.update(prm_agreement_metrics(
             *mesh_lib.local_rows((batch["step_scores"], batch["step_ids"]),
@@ -534,6 +553,10 @@ def run(ctx, params, ref_params=None, verifier=None):
             {**metrics, **extra_metrics}))
     record.update({f"train/{k}": v for k, v in
                    mean_update_metrics(update_records).items()})
+    if refresh is not None:
+      state["verifier"], refresh_metrics = refresh(state["verifier"], batch)
+      record.update({f"train/verifier_refresh/{k}": v for k, v in
+                     context_lib.host_scalars(refresh_metrics).items()})
     t4 = time.time()
 
     # Log.

@@ -449,3 +449,37 @@ def test_prime_loop_filters_groups_before_its_advantages(sft_dir, tmp_path,
   records = [r for r in metrics_lib.read_metrics(str(tmp_path))
              if r["stage"] == "rl" and "train/loss" in r]
   assert records[0]["train/kept_fraction"] == 0.5
+
+
+def test_a_refreshed_verifier_scores_the_next_rollout_anew(sft_dir, tmp_path,
+                                                            mixed_outcomes):
+  del mixed_outcomes
+  trained = str(tmp_path / "pav")
+  pipeline.run(_config("pav", sft_dir), trained)
+  runs = {}
+  for name, lr in (("fixed", 0.0), ("refreshed", 1e-2)):
+    workdir = str(tmp_path / name)
+    summary = pipeline.run(
+        _config("pav", sft_dir, f"prm={trained}",
+                **{"rl.verifier_refresh_lr": lr}), workdir)
+    runs[name] = [r for r in metrics_lib.read_metrics(workdir)
+                  if r["stage"] == "rl" and "train/loss" in r]
+  fixed, refreshed = runs["fixed"], runs["refreshed"]
+  # Step 1 is scored before any refresh: the same verifier, the same scores.
+  assert refreshed[0]["prm/mean_step_score"] == fixed[0]["prm/mean_step_score"]
+  assert "train/verifier_refresh/prm_loss" in refreshed[0]
+  assert not any(k.startswith("train/verifier_refresh") for k in fixed[0])
+  # Step 2 reads the verifier refreshed on step 1's rollout.
+  assert refreshed[1]["prm/mean_step_score"] != fixed[1]["prm/mean_step_score"]
+  assert summary["stages"]["rl"]["rl/verifier_skipped_updates"] == 0
+
+
+def test_refreshing_a_verifier_that_does_not_predict_q_pi_is_refused(
+    sft_dir, tmp_path):
+  # Before any stage runs: PURE's verifier is trained on progress labels,
+  # GRPO reads no verifier.
+  for name in ("pure", "grpo"):
+    with pytest.raises(config_lib.ConfigError, match="verifier_refresh_lr"):
+      pipeline.run(_config(name, sft_dir, **{"rl.verifier_refresh_lr": 1e-3}),
+                   str(tmp_path / name))
+    assert not os.path.exists(tmp_path / name / "checkpoints")

@@ -17,6 +17,7 @@ and a new method is one new module plus one row here.
 """
 
 from rl_rewards import config_lib
+from rl_rewards.runners import verifier_refresh
 from rl_rewards.runners.methods import base
 from rl_rewards.runners.methods import clip_delta
 from rl_rewards.runners.methods import grpo_process
@@ -63,7 +64,11 @@ def check_config(config):
                "rl.prm_source", "the oracle PRM needs ground-truth step "
                "labels, which only the arith task has.")
   planned = None
-  if (method.reads_step_scores and config.rl.prm_source == "model" and
-      "prm" in config.stages.split(",")):
+  reads_verifier = (method.reads_step_scores and
+                    config.rl.prm_source == "model")
+  if reads_verifier and "prm" in config.stages.split(","):
     planned = base.Verifier.planned(config)
   method.check(planned)
+  if verifier_refresh.enabled(config) and (planned is not None or
+                                           not reads_verifier):
+    verifier_refresh.check(config, planned)
