@@ -203,17 +203,20 @@ def main(argv):
       root, methods, _SEEDS.value, _BASELINE.value,
       fixed_costs=fixed_costs(methods))
   table = reports.comparison_table(results, _BASELINE.value)
+  signal = reports.diagnostics(root, methods, _SEEDS.value)
   regime_rows = reports.regime_statistics(root, _SEEDS.value, _BASELINE.value,
                                           _SFT_ROOT.value)
   title = f"regime {regime}: {config_lib.REGIMES[regime]}"
   with open(os.path.join(root, "compare.md"), "w") as f:
     f.write(f"{title}\n\n{reports.regime_table(regime_rows, _BASELINE.value)}"
-            f"\n\n{table}\n")
+            f"\n\n{table}\n\nWhere the signal is (means over every RL step "
+            f"and seed):\n\n{reports.diagnostics_table(signal)}\n")
   plot = os.path.join(root, "compare.png")
   reports.plot_comparison(results, plot, title=title)
   metrics_lib.write_json_atomic(
       os.path.join(root, "compare.json"),
-      {"regime": {"name": regime, "seeds": regime_rows}, "methods": results})
+      {"regime": {"name": regime, "seeds": regime_rows}, "methods": results,
+       "diagnostics": signal})
   if _PLOT.value:
     shutil.copyfile(plot, _PLOT.value)
   print(table)

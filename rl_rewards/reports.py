@@ -281,6 +281,51 @@ def regime_table(rows, baseline) -> str:
   return "\n".join(lines)
 
 
+# Per-step diagnostics of the RL stage that say where a method's signal is
+# (runners/rl.py): (metrics key, column header).
+DIAGNOSTICS = (
+    ("train/zero_outcome_signal_groups", "groups without outcome signal"),
+    ("train/nonzero_advantage_fraction", "tokens with A ≠ 0"),
+    ("train/advantage_var_outcome", "Var A outcome"),
+    ("train/advantage_var_process", "Var A process"),
+    ("train/process_blames_first_error", "process blames the first error"),
+    ("train/process_negative_at_first_error", "process < 0 at the first error"),
+    ("train/process_negative_on_correct_rows", "process < 0 on a correct row"),
+    ("prm/first_error_agreement", "verifier first-error agreement"),
+)
+
+
+def diagnostics(root, methods, seeds) -> dict:
+  """{method: {metric: mean over every RL step of every seed}} of
+  `DIAGNOSTICS` (a metric a method does not log is absent)."""
+  out = {}
+  for method in methods:
+    values = {}
+    for s in range(seeds):
+      workdir = os.path.join(root, f"seed{s}", method)
+      if method == "sft_continue" or not os.path.isdir(workdir):
+        continue
+      for record in metrics_lib.read_metrics(workdir):
+        if record.get("stage") != "rl":
+          continue
+        for key, _ in DIAGNOSTICS:
+          if key in record:
+            values.setdefault(key, []).append(record[key])
+    if values:
+      out[method] = {k: float(np.mean(v)) for k, v in values.items()}
+  return out
+
+
+def diagnostics_table(means: dict) -> str:
+  """Markdown of `diagnostics` ('–' where a method has no such signal)."""
+  lines = ["| method | " + " | ".join(h for _, h in DIAGNOSTICS) + " |",
+           "|---|" + "---|" * len(DIAGNOSTICS)]
+  for method, values in means.items():
+    cells = [_fmt(values.get(key)) for key, _ in DIAGNOSTICS]
+    lines.append(f"| {method} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
 def plot_comparison(results, path, title=""):
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")

@@ -183,3 +183,23 @@ def test_regime_statistics_read_sft_and_the_baseline_run(tmp_path):
                    "rl_step_seconds": 2.5}]
   assert "| 0 | 0.210 (900, 300) | 0.60 / 0.40 | 0.50 | 2.50 |" in (
       reports.regime_table(rows, "grpo"))
+
+
+def test_diagnostics_average_every_step_of_every_seed(tmp_path):
+  for seed, (blame, var) in enumerate([(1.0, 0.2), (0.5, 0.4)]):
+    run = tmp_path / f"seed{seed}" / "oracle"
+    os.makedirs(run)
+    with open(run / "metrics.jsonl", "w") as f:
+      for step in (1, 2):
+        f.write(json.dumps({
+            "stage": "rl", "step": step,
+            "train/process_blames_first_error": blame,
+            "train/advantage_var_process": var * step}) + "\n")
+      f.write(json.dumps({"stage": "sft", "step": 3,
+                          "train/advantage_var_process": 99.0}) + "\n")
+  means = reports.diagnostics(str(tmp_path), ["oracle", "grpo"], 2)
+  assert means == {"oracle": {
+      "train/process_blames_first_error": pytest.approx(0.75),
+      "train/advantage_var_process": pytest.approx(0.45)}}
+  table = reports.diagnostics_table(means)
+  assert "| oracle | – | – | – | 0.450 | 0.750 | – | – | – |" in table
