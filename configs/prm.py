@@ -23,29 +23,39 @@ Best-of-N accuracy (N = 1, 4, 16, 64) for min / last / product / mean
 aggregation and PRM-weighted voting, against majority vote and the oracle.
 On 2 CPU cores with a reused tiny SFT policy: labels about 2 minutes, PRM
 training under a minute, evaluation about 2 minutes.
+
+Two grids for `experiments.sweep`: the default one crosses the verifier
+model with its training labels; `:sweep=budget` crosses the five verifier
+kinds (score head on soft and hard labels, generative on progress and soft
+labels, implicit) with the label budget, training each on the first 128,
+256 or 1024 problems (`prm.label_problems`) of one finished label run:
+
+    python -m experiments.train --config=configs/prm.py:sft=runs/s0 \
+        --config.stages=sft,labels --config.labels.num_problems=1024 \
+        --config.labels.num_rollouts=8 --workdir=runs/budget/labels
+    python -m experiments.sweep \
+        --config=configs/prm.py:sft=runs/s0,labels=runs/budget/labels,sweep=budget \
+        --workdir=runs/budget
 """
 
 from rl_rewards import config_lib
 
 
 def get_config(arg=None):
-  arg = config_lib.parse_arg(
-      arg, size="tiny", regime="standard", sft="", model="generative",
-      target="progress")
+  arg = _parse(arg)
   config = config_lib.base_config()
-  config.stages = "sft,labels,prm,prm_eval"
+  config.stages = ("sft,prm,prm_eval" if arg.labels else
+                   "sft,labels,prm,prm_eval")
   config.sft.init_from = arg.sft
+  config.labels.init_from = arg.labels
   config.labels.num_problems = 512
   config.labels.num_rollouts = 16
   config.labels.problems_per_shard = 64
   config.labels.prefix_batch_size = 32
-  config.prm.model = arg.model
-  config.prm.target = arg.target
-  config.prm.drop_after_first_negative = arg.target in ("hard", "progress")
+  config.prm.update(verifier_settings(arg.model, arg.target))
   config.prm.steps = 100
   config.prm.learning_rate = 1e-4
   config.prm.warmup_steps = 10
-  config.prm.value_weight = 0.0 if arg.model == "generative" else 1.0
   config.prm_eval.num_problems = 500
   config.prm_eval.valid_problems = 500
   config.prm_eval.bon_problems = 200
@@ -54,8 +64,45 @@ def get_config(arg=None):
   return config_lib.apply_size(config, arg.size, regime=arg.regime)
 
 
-def get_sweep():
-  """Verifier model and training labels."""
-  return [{"prm.model": model, "prm.target": target}
-          for model in ("generative", "head")
-          for target in ("progress", "hard", "soft")]
+def _parse(arg):
+  return config_lib.parse_arg(
+      arg, size="tiny", regime="standard", sft="", labels="",
+      model="generative", target="progress", sweep="kinds")
+
+
+def verifier_settings(model: str, target: str) -> dict:
+  """The `prm` keys that follow from a verifier's model and labels."""
+  return {"model": model, "target": target,
+          # Hard and progress labels stop at a solution's first negative step.
+          "drop_after_first_negative": target in ("hard", "progress"),
+          # A generative verifier's step scores come from its LM head.
+          "value_weight": 0.0 if model == "generative" else 1.0}
+
+
+# (model, target) of each verifier kind the budget grid compares.
+BUDGET_KINDS = (("head", "soft"), ("head", "hard"), ("generative", "progress"),
+                ("generative", "soft"), ("implicit", "soft"))
+BUDGET_PROBLEMS = (128, 256, 1024)
+
+
+def get_sweep(arg=None):
+  """`sweep=kinds`: verifier model x labels; `sweep=budget`: kind x budget."""
+  arg = _parse(arg)
+  if arg.sweep == "budget":
+    kinds, budgets = BUDGET_KINDS, BUDGET_PROBLEMS
+  elif arg.sweep == "kinds":
+    kinds = [(model, target) for model in ("generative", "head")
+             for target in ("progress", "hard", "soft")]
+    budgets = (0,)
+  else:
+    raise config_lib.ConfigError(
+        f"configs/prm.py: sweep={arg.sweep!r} must be kinds or budget.")
+  points = []
+  for model, target in kinds:
+    for problems in budgets:
+      point = {f"prm.{k}": v
+               for k, v in verifier_settings(model, target).items()}
+      if problems:
+        point["prm.label_problems"] = problems
+      points.append(point)
+  return points

@@ -12,6 +12,7 @@ are reported the same way.
 
 import difflib
 import importlib.util
+import inspect
 import os
 import sys
 
@@ -61,6 +62,9 @@ def point_name(overrides: dict) -> str:
 def load_sweep(spec: str):
   """The list of override dicts of `path.py[:arg]`'s `get_sweep()`.
 
+  A `get_sweep(arg)` that takes a parameter gets the spec's `arg` (the same
+  string `get_config` gets), so one config file can hold several grids.
+
   Every key of every point is checked against the config, so a typo fails
   before any run starts.
   """
@@ -71,7 +75,10 @@ def load_sweep(spec: str):
   module_spec.loader.exec_module(module)
   if not hasattr(module, "get_sweep"):
     raise config_lib.ConfigError(f"--config: {path} defines no get_sweep().")
-  points = [dict(point) for point in module.get_sweep()]
+  arg = spec.partition(":")[2]
+  takes_arg = bool(inspect.signature(module.get_sweep).parameters)
+  grid = module.get_sweep(arg or None) if takes_arg else module.get_sweep()
+  points = [dict(point) for point in grid]
   for point in points:
     for key in point:
       check_override_key(config, key)

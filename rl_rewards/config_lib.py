@@ -298,6 +298,9 @@ def base_config():
       # multiple are padded.
       pass_micro_batch_size=0,
       valid_fraction=0.1,      # Problems held out for validation metrics.
+      # Label budget: train on the first N problems of the label set (0: all
+      # of them), so one label run serves a sweep over budgets.
+      label_problems=0,
       log_every_steps=25,
       checkpoint_every_steps=100,
   ))
@@ -618,6 +621,8 @@ def _validate_prm(config):
   _require(prm.value_weight >= 0, "prm.value_weight", "must be >= 0.")
   _require(0 <= prm.valid_fraction < 1, "prm.valid_fraction",
            "must be in [0, 1).")
+  _require(prm.label_problems >= 0, "prm.label_problems",
+           f"must be >= 0 (0: every problem), got {prm.label_problems}.")
   _require(prm.batch_size % labels.samples_per_problem == 0, "prm.batch_size",
            f"must be a multiple of labels.samples_per_problem "
            f"({labels.samples_per_problem}): batches hold whole groups.")

@@ -26,8 +26,33 @@ def collect_sweep(root, points):
   return rows
 
 
+# Columns of a sweep whose points stop at PRM evaluation: (header, stage,
+# summary key). Test AUROC / F1 are against the task's step checker on fresh
+# held-out solutions; the validation AUROC is on the label set's own
+# held-out problems.
+PRM_SWEEP_COLUMNS = (
+    ("label problems", "prm", "prm/label_problems"),
+    ("valid AUROC vs oracle", "prm", "prm/valid_auroc_vs_oracle"),
+    ("step AUROC", "prm_eval", "prm_eval/auroc"),
+    ("first-error F1", "prm_eval", "prm_eval/f1"),
+    ("BoN-16 (min)", "prm_eval", "prm_eval/bon16_min"),
+    ("BoN-16 majority", "prm_eval", "prm_eval/bon16_majority"),
+)
+
+
 def sweep_table(rows) -> str:
-  header = ["point", "SFT acc"] + [f"RL {c.split('/')[1]}" for c in SWEEP_COLUMNS]
+  """A markdown row per sweep point: RL accuracies, or, when no point has an
+  RL stage but some have `prm_eval`, the verifier's quality."""
+  stages = [set(row["summary"]["stages"]) for row in rows if row["summary"]]
+  prm_only = (not any("rl" in s for s in stages) and
+              any("prm_eval" in s for s in stages))
+  if prm_only:
+    columns = [(stage, key) for _, stage, key in PRM_SWEEP_COLUMNS]
+    header = ["point"] + [name for name, _, _ in PRM_SWEEP_COLUMNS]
+  else:
+    columns = [("sft", "eval/accuracy")] + [("rl", c) for c in SWEEP_COLUMNS]
+    header = ["point", "SFT acc"] + [f"RL {c.split('/')[1]}"
+                                     for c in SWEEP_COLUMNS]
   header.append("wall s")
   lines = ["| " + " | ".join(header) + " |",
            "|" + "---|" * len(header)]
@@ -36,17 +61,18 @@ def sweep_table(rows) -> str:
     if summary is None:
       lines.append(f"| {row['point']} | failed |" + " |" * (len(header) - 2))
       continue
-    stages = summary["stages"]
-    sft = stages.get("sft", {}).get("eval/accuracy")
-    rl = stages.get("rl", {})
-    cells = [row["point"], _fmt(sft)] + [_fmt(rl.get(c)) for c in SWEEP_COLUMNS]
+    cells = [row["point"]] + [
+        _fmt(summary["stages"].get(stage, {}).get(key))
+        for stage, key in columns]
     cells.append(f"{summary['wall_time_s']:.0f}")
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
 
 def _fmt(value):
-  return "–" if value is None else f"{value:.3f}"
+  if value is None:
+    return "–"
+  return str(value) if isinstance(value, int) else f"{value:.3f}"
 
 
 def run_curves(workdir, method):

@@ -430,6 +430,13 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
   if len(records) % group_size:
     raise ValueError(f"{path}: {len(records)} solutions are not whole groups "
                      f"of {group_size}.")
+  if cfg.label_problems:
+    available = len(records) // group_size
+    if cfg.label_problems > available:
+      raise config_lib.ConfigError(
+          f"config.prm.label_problems={cfg.label_problems}: the label set "
+          f"{path} holds only {available} problems.")
+    records = records[:cfg.label_problems * group_size]
   if cfg.batch_size % group_size:
     raise config_lib.ConfigError(
         f"config.prm.batch_size={cfg.batch_size} must be a multiple of the "
@@ -531,6 +538,7 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
                   "prm/prover_k": prover_k if cfg.target == "prover" else 1,
                   "prm/value_weight": cfg.value_weight,
                   "prm/beta": cfg.implicit_beta,
+                  "prm/label_problems": len(records) // group_size,
                   "prm/train_solutions": len(train_groups) * group_size,
                   "prm/skipped_updates": int(state["prm"].skipped)})
   ctx.writer.write(PRM_STAGE, step, {k: v for k, v in summary.items()

@@ -15,9 +15,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 
 @pytest.mark.parametrize("name", ["grpo", "drgrpo", "rloo", "ppo", "prime",
-                                  "oracle"])
+                                  "oracle", "prm", "prm.py:sweep=budget"])
 def test_every_sweep_point_is_a_valid_config(name):
-  points = cli.load_sweep(os.path.join(ROOT, "configs", f"{name}.py"))
+  spec = name if name.endswith("budget") else f"{name}.py"
+  points = cli.load_sweep(os.path.join(ROOT, "configs", spec))
   assert points
   for point in points:
     assert all("." in key for key in point)
@@ -31,6 +32,45 @@ def test_sweep_with_an_unknown_key_fails(tmp_path):
       "def get_sweep():\n  return [{'rl.learning_rat': 1.0}]\n")
   with pytest.raises(config_lib.ConfigError, match="learning_rat"):
     cli.load_sweep(str(path))
+
+
+def test_the_budget_grid_sets_each_kinds_own_keys():
+  points = cli.load_sweep(
+      os.path.join(ROOT, "configs", "prm.py:sweep=budget,labels=runs/l"))
+  kinds = {(p["prm.model"], p["prm.target"]) for p in points}
+  assert len(kinds) == 5 and len(points) == 15
+  assert {p["prm.label_problems"] for p in points} == {128, 256, 1024}
+  for point in points:
+    # The keys that follow from the kind are the point's, not the file's
+    # defaults (generative, progress).
+    generative = point["prm.model"] == "generative"
+    assert point["prm.value_weight"] == (0.0 if generative else 1.0)
+    assert point["prm.drop_after_first_negative"] == (
+        point["prm.target"] in ("hard", "progress"))
+  config = cli.load_config_file(
+      os.path.join(ROOT, "configs", "prm.py:labels=runs/l"))
+  assert config.stages == "sft,prm,prm_eval"
+  assert config.labels.init_from == "runs/l"
+  with pytest.raises(config_lib.ConfigError, match="sweep='nope'"):
+    cli.load_sweep(os.path.join(ROOT, "configs", "prm.py:sweep=nope"))
+
+
+def test_a_sweep_of_verifiers_tabulates_their_quality(tmp_path):
+  points = [{"prm.label_problems": 128}, {"prm.label_problems": 1024}]
+  os.makedirs(tmp_path / cli.point_name(points[0]))
+  metrics_lib.write_summary(tmp_path / cli.point_name(points[0]), {
+      "stages": {"sft": {"eval/accuracy": 0.3},
+                 "prm": {"prm/label_problems": 128,
+                         "prm/valid_auroc_vs_oracle": 0.61},
+                 "prm_eval": {"prm_eval/auroc": 0.625, "prm_eval/f1": 0.25,
+                              "prm_eval/bon16_min": 0.5,
+                              "prm_eval/bon16_majority": 0.45}},
+      "wall_time_s": 30.0})
+  table = reports.sweep_table(reports.collect_sweep(str(tmp_path), points))
+  assert "step AUROC" in table and "RL accuracy" not in table
+  assert ("| prm.label_problems=128 | 128 | 0.610 | 0.625 | 0.250 | 0.500 | "
+          "0.450 | 30 |") in table
+  assert "| prm.label_problems=1024 | failed |" in table
 
 
 def _summary(workdir, sft, rl):

@@ -138,6 +138,27 @@ def test_extending_a_finished_run_continues_it(uninterrupted, tmp_path):
     np.testing.assert_array_equal(a, b)
 
 
+def test_a_label_budget_trains_on_the_first_problems(uninterrupted, tmp_path):
+  reference_dir, summary = uninterrupted
+  all_problems = summary["stages"]["prm"]["prm/label_problems"]
+  assert all_problems == _config().labels.num_problems
+
+  def budget(problems, name):
+    config = _config(**{"prm.label_problems": problems,
+                        "sft.init_from": reference_dir,
+                        "labels.init_from": reference_dir})
+    config.stages = "sft,prm"
+    return pipeline.run(config, str(tmp_path / name))
+
+  half = budget(all_problems // 2, "half")["stages"]["prm"]
+  group = _config().labels.samples_per_problem
+  assert half["prm/label_problems"] == all_problems // 2
+  # One problem of the half is held out for validation (valid_fraction .25).
+  assert half["prm/train_solutions"] == (all_problems // 2 - 1) * group
+  with pytest.raises(config_lib.ConfigError, match="prm.label_problems"):
+    budget(all_problems + 1, "too_many")
+
+
 def test_resuming_with_a_different_config_is_refused(uninterrupted):
   workdir, _ = uninterrupted
   with pytest.raises(config_lib.ConfigError, match="rl.learning_rate"):
