@@ -174,6 +174,8 @@ def _check_config_file(config, workdir):
   `logging` section may differ from the config the workdir was started with
   (e.g. `--config.rl.steps=200` to extend a finished run, or
   `--config.logging.wandb_project=...` to mirror it to W&B from now on).
+  Keys added to the schema since the run started are accepted at their
+  default values.
 
   Returns:
     The resolved config as a dict (what config.json holds).
@@ -182,8 +184,11 @@ def _check_config_file(config, workdir):
   resolved = json.loads(config.to_json_best_effort())
   if os.path.exists(path):
     previous = metrics_lib.read_json(path)
-    changed = sorted(k for k in _diff_keys(previous, resolved)
-                     if not _resumable(k))
+    defaults = json.loads(config_lib.base_config().to_json_best_effort())
+    changed = sorted(
+        k for k in _diff_keys(previous, resolved)
+        if not _resumable(k) and not _added_at_default(k, previous, resolved,
+                                                       defaults))
     if changed:
       raise config_lib.ConfigError(
           f"workdir {workdir} holds a run with a different config (changed: "
@@ -191,6 +196,25 @@ def _check_config_file(config, workdir):
           "run.")
   metrics_lib.write_config(workdir, resolved)
   return resolved
+
+
+_MISSING = object()
+
+
+def _lookup(tree, dotted):
+  for part in dotted.split("."):
+    if not isinstance(tree, dict) or part not in tree:
+      return _MISSING
+    tree = tree[part]
+  return tree
+
+
+def _added_at_default(key, previous, resolved, defaults):
+  """A key the workdir's config.json lacks (the schema gained it since the
+  run started) is no change while it holds its default: every new key's
+  default keeps the behaviour the code had before the key existed."""
+  return (_lookup(previous, key) is _MISSING and
+          _lookup(resolved, key) == _lookup(defaults, key))
 
 
 def _diff_keys(a, b, prefix=""):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -163,6 +164,22 @@ def test_resuming_with_a_different_config_is_refused(uninterrupted):
   workdir, _ = uninterrupted
   with pytest.raises(config_lib.ConfigError, match="rl.learning_rate"):
     pipeline.run(_config(**{"rl.learning_rate": 1.0}), workdir)
+
+
+def test_a_key_added_since_the_run_started_is_accepted_at_its_default(
+    uninterrupted, tmp_path):
+  reference_dir, summary = uninterrupted
+  workdir = str(tmp_path / "older")
+  shutil.copytree(reference_dir, workdir)
+  path = os.path.join(workdir, "config.json")
+  older = json.load(open(path))
+  del older["prm"]["label_problems"]  # As written before the key existed.
+  json.dump(older, open(path, "w"))
+  with pytest.raises(config_lib.ConfigError, match="prm.label_problems"):
+    pipeline.run(_config(**{"prm.label_problems": 4}), workdir)
+  again = pipeline.run(_config(), workdir)
+  assert again["stages"] == json.loads(json.dumps(summary["stages"]))
+  assert json.load(open(path))["prm"]["label_problems"] == 0
 
 
 def test_prompt_longer_than_context_is_rejected(tmp_path):
