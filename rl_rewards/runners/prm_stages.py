@@ -183,6 +183,14 @@ def label_statistics(records) -> dict:
     stats["labels/hard_vs_oracle"] = float(np.mean(hard_o == oracle))
     stats["labels/first_error_vs_oracle"] = float(np.mean(
         [f == r["first_error"] for f, r in zip(first_mc, with_oracle)]))
+    # How well Q-hat itself ranks correct steps above wrong ones: the most a
+    # verifier fitted to these labels can show against the step checker.
+    pairs = [(q, o) for r in with_oracle for q, o in zip(r["q"], r["oracle"])
+             if q is not None and not np.isnan(q)]
+    if pairs and 0 < sum(o for _, o in pairs) < len(pairs):
+      q_steps, o_steps = (np.array(x) for x in zip(*pairs))
+      stats["labels/q_auroc_vs_oracle"] = prm_eval_lib.auroc(
+          q_steps.astype(np.float64), o_steps.astype(bool))
   return stats
 
 

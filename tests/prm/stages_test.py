@@ -160,3 +160,25 @@ def test_labels_resume_after_the_last_shard_is_lost(first_run, tmp_path):
   assert after["shard-00001.jsonl"][1] != before["shard-00001.jsonl"][1]
   assert os.path.exists(os.path.join(copy, "checkpoints", "labels",
                                      "stage_done.json"))
+
+
+def test_label_statistics_against_the_step_checker_by_hand():
+  def record(q, hard, oracle, first_error, outcome):
+    return dict(q=q, hard=hard, oracle=oracle, first_error=first_error,
+                outcome=outcome, v=0.5)
+
+  records = [
+      # Q-hat ranks the correct steps above the wrong ones...
+      record([0.9, 0.2], [1.0, 0.0], [True, False], 1, False),
+      # ... except here: a correct step at 0.1, below the wrong step's 0.2,
+      # and an unlabelled prefix (None) that does not count.
+      record([0.1, None, 0.6], [0.0, 1.0, 1.0], [True, True, True], -1, True),
+  ]
+  stats = prm_stages.label_statistics(records)
+  # Positives (correct steps) 0.9, 0.1, 0.6; negative 0.2: 2 of 3 pairs.
+  assert stats["labels/q_auroc_vs_oracle"] == pytest.approx(2 / 3)
+  # hard vs oracle per step: agree, agree, disagree, agree, agree.
+  assert stats["labels/hard_vs_oracle"] == pytest.approx(4 / 5)
+  # First hard-0 step: 1 (matches), 0 (the oracle says no error).
+  assert stats["labels/first_error_vs_oracle"] == pytest.approx(1 / 2)
+  assert stats["labels/steps"] == 5
