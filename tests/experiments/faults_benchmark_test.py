@@ -57,12 +57,24 @@ def test_kill_plans_cover_points_and_stage_windows():
   reference = {"points": {"checkpoint.save": 6, "labels.shard": 2},
                "windows": {"prm": (10.0, 20.0)}, "seconds": 40.0}
   rng = random.Random(0)
-  for _ in range(20):
+  drawn, inside_save = set(), 0
+  for _ in range(40):
     plan = faults.plan_kill(rng, "point", reference)
-    name, n = plan["kill_at"].split(":")[:2]
+    name, n, *delay = plan["kill_at"].split(":")
+    assert name in reference["points"]
     assert 1 <= int(n) <= reference["points"][name]
+    drawn.add((name, int(n)))
+    if delay:  # A delay only ever lands inside a checkpoint save.
+      assert name == "checkpoint.save" and 0.0 <= float(delay[0]) <= 0.3
+      inside_save += 1
     plan = faults.plan_kill(rng, "timer", reference, "prm")
     assert 0.0 <= plan["fraction"] <= 1.0 and plan["target"] == "prm"
+  # Every occurrence of every kill point is drawn, some inside orbax's write.
+  assert drawn == {("checkpoint.save", n) for n in range(1, 7)} | {
+      ("labels.shard", 1), ("labels.shard", 2)}
+  assert inside_save > 0
+  restart = faults.plan_kill(rng, "timer", reference, restart=True)
+  assert 1.0 <= restart["kill_after"] <= 0.8 * reference["seconds"]
 
 
 def test_stage_timer_waits_for_the_stage(tmp_path):
