@@ -149,7 +149,8 @@ def summarize_comparison(root, methods, seeds, baseline, fixed_costs=None):
   """Curves and samples/compute-to-reach of every method over seeds.
 
   Args:
-    root: the comparison's directory (`seed<s>/<method>` runs).
+    root: the comparison's directory (`seed<s>/<method>` runs; only
+      finished runs, those with a summary.json, count).
     methods: method labels.
     seeds: number of seeds.
     baseline: the label whose final accuracy is the target.
@@ -171,8 +172,10 @@ def summarize_comparison(root, methods, seeds, baseline, fixed_costs=None):
   for method in methods:
     runs = {}
     for s in range(seeds):
-      samples, secs, acc = run_curves(os.path.join(root, f"seed{s}", method),
-                                      method)
+      workdir = os.path.join(root, f"seed{s}", method)
+      if not os.path.exists(os.path.join(workdir, metrics_lib.SUMMARY_FILE)):
+        continue  # Unfinished: its curve would cut every seed's short.
+      samples, secs, acc = run_curves(workdir, method)
       if not acc.size:
         continue
       fixed = sum(stage_seconds(os.path.join(root, f"seed{s}", d), stage)

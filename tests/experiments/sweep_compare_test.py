@@ -92,13 +92,30 @@ def test_sweep_table_collects_summaries(tmp_path):
   assert "| rl.learning_rate=5e-05 | failed |" in table
 
 
-def _write_curve(workdir, accuracies, batch=256):
+def _write_curve(workdir, accuracies, batch=256, finished=True):
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
     for step, acc in enumerate(accuracies):
       f.write(json.dumps({"stage": "rl", "step": step * 10,
                           "samples": step * 10 * batch, "time/step_s": 2.0,
                           "eval/accuracy": acc}) + "\n")
+  if finished:
+    metrics_lib.write_summary(str(workdir), {"stages": {}})
+
+
+def test_an_unfinished_run_is_left_out_of_the_comparison(tmp_path):
+  for seed in range(2):
+    _write_curve(tmp_path / f"seed{seed}" / "grpo", [0.4, 0.5, 0.55, 0.6])
+  _write_curve(tmp_path / "seed0" / "pav", [0.4, 0.6, 0.65, 0.7])
+  _write_curve(tmp_path / "seed1" / "pav", [0.4, 0.45], finished=False)
+  results = reports.summarize_comparison(str(tmp_path), ["grpo", "pav"], 2,
+                                         "grpo")
+  assert results["pav"]["seeds"] == 1 and results["pav"]["seed_ids"] == [0]
+  # The finished seed's curve is whole, not cut to the running one's length.
+  assert results["pav"]["accuracy_mean"] == pytest.approx([0.4, 0.6, 0.65,
+                                                           0.7])
+  assert results["pav"]["reach"]["samples"]["per_seed"] == [
+      pytest.approx(10 * 256 / (30 * 256))]
 
 
 def test_compare_samples_to_reach_the_baseline(tmp_path):
