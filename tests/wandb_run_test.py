@@ -7,6 +7,7 @@ network), with every W&B directory inside the test's tmp_path.
 
 import glob
 import os
+import re
 import sys
 import types
 
@@ -142,4 +143,8 @@ def test_offline_run_resumes_the_same_id(tmp_path, monkeypatch):
   runs = glob.glob(os.path.join(os.environ["WANDB_DIR"], "wandb",
                                 "offline-run-*"))
   assert len(runs) == 2
-  assert all(r.endswith(f"-{run_id}") for r in runs), runs
+  # Both directories carry the same run id. W&B names them by the second
+  # they start in, and adds "-1" to the second one when both start within
+  # the same second.
+  pattern = rf"offline-run-\d{{8}}_\d{{6}}-{re.escape(run_id)}(-\d+)?"
+  assert all(re.fullmatch(pattern, os.path.basename(r)) for r in runs), runs
