@@ -202,20 +202,24 @@ def summarize_comparison(root, methods, seeds, baseline, fixed_costs=None):
       np.array(results[baseline]["accuracy_mean"]), target)
   base_runs = per_seed[baseline]
   for method, r in results.items():
-    if method == "sft_continue":
-      continue
-    reach = samples_to_reach(np.array(r["samples"]),
-                             np.array(r["accuracy_mean"]), target)
-    r["samples_to_baseline_final"] = reach
-    r["sample_ratio"] = (None if reach in (None, 0) or not base_samples
-                         else base_samples / reach)
-    fractions = {"samples": [], "compute": []}
+    # SFT's samples are gold demonstrations, not policy samples: the
+    # SFT-continued baseline is compared on compute only.
+    axes = ("compute",) if method == "sft_continue" else ("samples",
+                                                          "compute")
+    if "samples" in axes:
+      reach = samples_to_reach(np.array(r["samples"]),
+                               np.array(r["accuracy_mean"]), target)
+      r["samples_to_baseline_final"] = reach
+      r["sample_ratio"] = (None if reach in (None, 0) or not base_samples
+                           else base_samples / reach)
+    fractions = {axis: [] for axis in axes}
     for s, (samples, secs, acc) in per_seed[method].items():
       if s not in base_runs:
         continue
       b_samples, b_secs, b_acc = base_runs[s]
-      fractions["samples"].append(reach_per_seed(
-          (samples, acc), b_acc[-1], b_samples[-1]))
+      if "samples" in axes:
+        fractions["samples"].append(reach_per_seed(
+            (samples, acc), b_acc[-1], b_samples[-1]))
       fractions["compute"].append(reach_per_seed(
           (secs, acc), b_acc[-1], b_secs[-1]))
     r["reach"] = {k: _reach_summary(v) for k, v in fractions.items()}
@@ -243,9 +247,8 @@ def comparison_table(results, baseline):
   for method, r in results.items():
     final = np.array(r["final"])
     reach = r.get("reach")
-    cells = (["–", "–"] if reach is None else
-             [_fraction_cell(reach["samples"]), _fraction_cell(
-                 reach["compute"])])
+    cells = ["–" if reach is None or axis not in reach else
+             _fraction_cell(reach[axis]) for axis in ("samples", "compute")]
     lines.append(
         f"| {method} | {r['seeds']} | {r['accuracy_mean'][0]:.3f} | "
         f"{final.mean():.3f} ± {final.std():.3f} | {cells[0]} | "

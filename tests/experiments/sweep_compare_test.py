@@ -170,6 +170,26 @@ def test_reach_is_paired_by_seed_and_counts_fixed_costs(tmp_path):
   assert "0.67 / never (1 of 2 seeds)" in table
 
 
+def test_sft_continued_baseline_is_compared_on_compute_only(tmp_path):
+  _write_curve(tmp_path / "seed0" / "grpo", [0.4, 0.5, 0.55, 0.6])
+  workdir = tmp_path / "seed0" / "sft_continue"
+  os.makedirs(workdir)
+  with open(workdir / "metrics.jsonl", "w") as f:
+    for secs, acc in ((0.0, 0.4), (2.0, 0.5), (4.0, 0.7), (8.0, 0.8)):
+      f.write(json.dumps({"stage": "sft_continue", "step": int(secs * 10),
+                          "seconds": secs, "samples": int(secs * 640),
+                          "eval/accuracy": acc}) + "\n")
+  metrics_lib.write_summary(str(workdir), {"stages": {}})
+  results = reports.summarize_comparison(
+      str(tmp_path), ["grpo", "sft_continue"], 1, "grpo")
+  reach = results["sft_continue"]["reach"]
+  assert set(reach) == {"compute"}
+  # 0.6 first reached at 4 s of SFT; grpo's whole run took 4 x 2 s.
+  assert reach["compute"]["per_seed"] == [pytest.approx(4 / 8)]
+  table = reports.comparison_table(results, "grpo")
+  assert "| sft_continue | 1 | 0.400 | 0.800 ± 0.000 | – | 0.50 [0.50, 0.50]; 0.50 |" in table
+
+
 def test_bootstrap_interval_brackets_the_mean():
   low, high = reports.bootstrap_interval([0.2, 0.3, 0.4, 0.5, 0.6])
   assert 0.2 <= low < 0.4 < high <= 0.6
