@@ -158,7 +158,8 @@ def test_regimes_set_the_task_and_keep_samples_per_step():
   weak = config_lib.apply_size(config_lib.base_config(), "tiny",
                                regime="long_weak")
   assert (weak.task.min_ops, weak.task.max_ops) == (4, 9)
-  assert weak.sft.target_accuracy == 0.10
+  assert weak.sft.target_accuracy == 0.10 and weak.sft.gate_every_steps == 10
+  assert long.sft.gate_every_steps == 50
   assert (weak.rl.group_size, weak.rl.prompts_per_step) == (
       long.rl.group_size, long.rl.prompts_per_step)
   for config in (standard, long, n4, weak):
