@@ -363,15 +363,19 @@ def plot_comparison(results, path, title=""):
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-  for method, r in results.items():
+  for i, (method, r) in enumerate(results.items()):
+    # Ten colours, then the same colours dashed: every method its own line.
+    style = {"color": f"C{i % 10}", "linestyle": ("-", "--", ":")[i // 10 % 3]}
     mean, std = np.array(r["accuracy_mean"]), np.array(r["accuracy_std"])
     if method != "sft_continue":
       x = np.array(r["samples"])
-      axes[0].plot(x, mean, label=method)
-      axes[0].fill_between(x, mean - std, mean + std, alpha=0.15)
+      axes[0].plot(x, mean, label=method, **style)
+      axes[0].fill_between(x, mean - std, mean + std, alpha=0.15,
+                           color=style["color"])
     x = np.array(r["seconds"])
-    axes[1].plot(x, mean, label=method)
-    axes[1].fill_between(x, mean - std, mean + std, alpha=0.15)
+    axes[1].plot(x, mean, label=method, **style)
+    axes[1].fill_between(x, mean - std, mean + std, alpha=0.15,
+                         color=style["color"])
   axes[0].set_xlabel("RL samples")
   axes[1].set_xlabel("compute (s): RL, plus labels and verifier training")
   for ax in axes:
