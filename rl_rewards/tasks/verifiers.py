@@ -334,8 +334,8 @@ class VerifierPool:
   next call and watches every busy one: a call still running
   `KILL_GRACE_S` after its alarm (e.g. stuck in C code) is killed with its
   worker, a worker that dies mid-call (a crash, the memory cap) loses only
-  that call, and either way a fresh worker takes its place while the others
-  go on. A call therefore takes at most `timeout_s + KILL_GRACE_S`.
+  that call, and either way a fresh worker takes its place (started when
+  there is work for it) while the others go on. A call therefore takes at most `timeout_s + KILL_GRACE_S`.
 
   Attributes:
     num_workers: worker processes.

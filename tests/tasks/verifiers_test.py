@@ -200,12 +200,17 @@ class PooledTest(parameterized.TestCase):
       self.assertEqual({p: r.score for p, r in results.items()},
                        {0: 1, 1: 0, 2: 1, 3: 0, 4: 0, 5: 0, 6: 1, 7: 1})
       self.assertEqual(pool.restarts, 3)
-      self.assertLen(pool.worker_pids(), 2)
-      # The next calls work, in live workers.
+      # A worker lost after the queue ran dry is replaced when work comes
+      # (whether that happened here depends on timing), never more than
+      # num_workers live at once.
+      self.assertLessEqual(len(pool.worker_pids()), 2)
+      # The next calls work, in live workers: the pool is back to 2.
       scores, timeouts, errors = pool.run(
           _misbehave, [(0, "x", "x"), (1, "raise", "x"), (2, "nan", "x")],
           timeout_s=5.0)
       self.assertEqual((scores, timeouts, errors), ({0: 1, 1: 0, 2: 0}, 0, 2))
+      self.assertLen(pool.worker_pids(), 2)
+      self.assertEqual(pool.restarts, 3)
     finally:
       pool.close()
 
