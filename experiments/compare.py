@@ -5,6 +5,7 @@
 oracle_pure_min,prime,tp_grpo,clip_delta,sft_continue --seeds=3
     python -m experiments.compare --regime=long_sparse \\
         --methods=grpo,oracle,pav --seeds=5        # seeds 0-2 are reused
+    python -m experiments.compare --regime=standard --jobs=4  # 4 at once
 
 For every seed, one SFT policy is trained in the regime
 (`<workdir>/seed<s>/sft`, or taken from `--sft_root`) and, for methods that
@@ -14,7 +15,8 @@ shared policy (`<workdir>/seed<s>/<method>`) with the same number of RL
 steps, prompts and samples per prompt, so all methods see the same number
 of samples. `sft_continue` trains SFT on for the wall time of the seed's
 baseline run. Finished runs are reused, so the command can be interrupted
-and rerun, and more seeds or methods added later.
+and rerun, and more seeds or methods added later. `--jobs=N` runs N at
+once, each after the runs it needs (`run_all`).
 
 Outputs in `<workdir>`: `compare.md` (held-out accuracy, and per seed the
 samples and the compute each method needs to reach the baseline's final
@@ -25,6 +27,8 @@ and verifier training a method needs; mean and spread over seeds);
 `--plot=docs/compare_<regime>.png` copies the plot.
 """
 
+from concurrent import futures
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -86,27 +90,105 @@ _EVAL_EVERY = flags.DEFINE_integer(
     "eval_every_steps", 5, "Held-out evaluation interval of the RL runs: the "
     "resolution of 'samples to reach'.")
 _PLOT = flags.DEFINE_string("plot", "", "Also copy compare.png here.")
+_JOBS = flags.DEFINE_integer(
+    "jobs", 1, "Runs at once, each started when the runs it needs have "
+    "finished. Runs that share cores take longer, and the compute axis counts "
+    "their seconds: compare methods whose runs had the same number of "
+    "neighbours.")
 _OVERRIDES = flags.DEFINE_multi_string(
     "override", [], "Extra key=value overrides for every run (SFT, PRM and "
     "methods).")
 
 
-def _train(config_spec, workdir, overrides=()):
-  """Runs (or resumes) one run; a finished one (its summary.json is written
-  last) is reused as it is, so its recorded stage times stay its own."""
-  if os.path.exists(os.path.join(workdir, metrics_lib.SUMMARY_FILE)):
-    print(f"  reusing {workdir}", flush=True)
-    return
-  args = [sys.executable, "-m", "experiments.train", f"--config={config_spec}",
-          f"--workdir={workdir}"] + [f"--config.{o}" for o in overrides]
-  os.makedirs(workdir, exist_ok=True)
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One `experiments.train` run of a comparison.
+
+  Attributes:
+    workdir: its directory; a finished run (summary.json is written last) is
+      reused as it is, so its recorded stage times stay its own.
+    config_spec: `configs/<name>.py:<argument>`.
+    overrides: `key=value` config overrides.
+    needs: directories of the runs that must finish before it starts.
+    budget_from: for an SFT-continued run, the directory of the run whose RL
+      seconds are its training budget (read when it starts).
+  """
+  workdir: str
+  config_spec: str
+  overrides: tuple[str, ...] = ()
+  needs: tuple[str, ...] = ()
+  budget_from: str = ""
+
+
+def _finished(workdir):
+  return os.path.exists(os.path.join(workdir, metrics_lib.SUMMARY_FILE))
+
+
+def _train(run):
+  """Runs (or resumes) one run in a subprocess; raises if it fails."""
+  overrides = list(run.overrides)
+  if run.budget_from:
+    summary = metrics_lib.read_json(
+        os.path.join(run.budget_from, metrics_lib.SUMMARY_FILE))
+    overrides.append(
+        f"sft.continue_seconds={summary['stages']['rl']['rl/seconds']}")
+  args = [sys.executable, "-m", "experiments.train",
+          f"--config={run.config_spec}", f"--workdir={run.workdir}"] + [
+              f"--config.{o}" for o in overrides]
+  os.makedirs(run.workdir, exist_ok=True)
   print(f"  {' '.join(args[2:])}", flush=True)
-  with open(os.path.join(workdir, "compare_log.txt"), "a") as log:
+  with open(os.path.join(run.workdir, "compare_log.txt"), "a") as log:
     code = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT,
                           check=False).returncode
   if code != 0:
     raise RuntimeError(f"run failed (exit {code}); see "
-                       f"{os.path.join(workdir, 'compare_log.txt')}")
+                       f"{os.path.join(run.workdir, 'compare_log.txt')}")
+
+
+def run_all(runs, jobs=1, train=_train):
+  """Runs `runs`, at most `jobs` at a time, each once the runs it needs have
+  finished, in the order given where several are ready.
+
+  A run listed twice (a shared label set or verifier) runs once, and a
+  finished one is reused. When one fails, no new run starts; the ones under
+  way finish, then its error is raised.
+  """
+  pending = list({run.workdir: run for run in runs}.values())
+  known = {run.workdir for run in pending}
+  done = {run.workdir for run in pending if _finished(run.workdir)}
+  for workdir in sorted(done):
+    print(f"  reusing {workdir}", flush=True)
+  pending = [run for run in pending if run.workdir not in done]
+  for run in pending:
+    missing = [n for n in run.needs if n not in known and not _finished(n)]
+    if missing:
+      raise ValueError(f"{run.workdir} needs {missing[0]}, which is neither "
+                       "finished nor planned.")
+    done.update(n for n in run.needs if n not in known)  # Finished before.
+  failure = None
+  with futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+    running = {}
+    while pending or running:
+      if failure is None:
+        for run in [r for r in pending if set(r.needs) <= done]:
+          if len(running) == jobs:
+            break
+          pending.remove(run)
+          running[pool.submit(train, run)] = run
+      if not running:
+        break
+      finished, _ = futures.wait(running, return_when=futures.FIRST_COMPLETED)
+      for future in finished:
+        run = running.pop(future)
+        if future.exception() is not None:
+          failure = failure or future.exception()
+        else:
+          done.add(run.workdir)
+  if failure is not None:
+    raise failure
+  if pending:
+    raise ValueError("runs left that can never start: "
+                     f"{', '.join(r.workdir for r in pending)}.")
 
 
 def method_spec(label):
@@ -138,46 +220,61 @@ def fixed_costs(methods):
   return costs
 
 
-def run_seed(root, seed, methods, *, size, regime, overrides, eval_every,
-             sft_root, baseline):
-  """Runs the shared stages and every method for one seed."""
+def verifier_dirs(methods):
+  """The verifier directories of a seed that `methods` train, in
+  `VERIFIERS` order."""
+  used = {method_spec(m)[3] for m in methods if m != "sft_continue"}
+  return [d for name, (_, _, d) in VERIFIERS.items() if name in used]
+
+
+def plan_seed(root, seed, methods, *, size, regime, overrides, eval_every,
+              sft_root, baseline):
+  """[Run]: the shared stages and every method of one seed, each after the
+  runs it needs (its SFT policy, label set and verifier)."""
   base = os.path.join(root, f"seed{seed}")
-  seed_flags = [f"seed={seed}"] + list(overrides)
+  seed_flags = (f"seed={seed}",) + tuple(overrides)
   common = f"size={size},regime={regime}"
   sft_common = common  # The SFT-continued baseline starts from its own SFT.
+  runs = []
   if sft_root:
     sft_dir = os.path.join(sft_root, f"seed{seed}", "sft")
-    if not os.path.exists(os.path.join(sft_dir, "summary.json")):
+    if not _finished(sft_dir):
       raise FileNotFoundError(f"--sft_root: no finished SFT run in {sft_dir}.")
   else:
     sft_dir = os.path.join(base, "sft")
-    _train(_spec("default", "", common), sft_dir, seed_flags + ["stages=sft"])
+    runs.append(Run(sft_dir, _spec("default", "", common),
+                    seed_flags + ("stages=sft",)))
+  sft_needs = () if sft_root else (sft_dir,)
   common += f",sft={sft_dir}"
   label_dir = os.path.join(base, "labels")
   for label in methods:
     if label == "sft_continue":
       continue
     config, arg, extra, verifier = method_spec(label)
-    spec_arg = arg
+    spec_arg, needs = arg, sft_needs
     if verifier is not None:
-      _train(_spec("pav", "", common), label_dir,
-             seed_flags + ["stages=sft,labels"])
+      runs.append(Run(label_dir, _spec("pav", "", common),
+                      seed_flags + ("stages=sft,labels",), sft_needs))
       trainer, trainer_arg, name = VERIFIERS[verifier]
       prm_dir = os.path.join(base, name)
-      _train(_spec(trainer, ",".join(a for a in (trainer_arg,
-                                                  f"labels={label_dir}") if a),
-                   common), prm_dir, seed_flags + ["stages=sft,labels,prm"])
+      runs.append(Run(
+          prm_dir,
+          _spec(trainer, ",".join(a for a in (trainer_arg,
+                                              f"labels={label_dir}") if a),
+                common),
+          seed_flags + ("stages=sft,labels,prm",), (label_dir,)))
       spec_arg = ",".join(a for a in (arg, f"prm={prm_dir}") if a)
-    _train(_spec(config, spec_arg, common), os.path.join(base, label),
-           seed_flags + list(extra) + [f"rl.eval_every_steps={eval_every}"])
+      needs = sft_needs + (prm_dir,)
+    runs.append(Run(os.path.join(base, label), _spec(config, spec_arg, common),
+                    seed_flags + tuple(extra) +
+                    (f"rl.eval_every_steps={eval_every}",), needs))
   if "sft_continue" in methods:
-    summary = metrics_lib.read_json(
-        os.path.join(base, baseline, "summary.json"))
-    _train(_spec("default", "", sft_common),
-           os.path.join(base, "sft_continue"),
-           seed_flags + [f"sft.init_from={sft_dir}", "stages=sft,sft_continue",
-                         "sft.continue_seconds="
-                         f"{summary['stages']['rl']['rl/seconds']}"])
+    baseline_dir = os.path.join(base, baseline)
+    runs.append(Run(
+        os.path.join(base, "sft_continue"), _spec("default", "", sft_common),
+        seed_flags + (f"sft.init_from={sft_dir}", "stages=sft,sft_continue"),
+        sft_needs + (baseline_dir,), budget_from=baseline_dir))
+  return runs
 
 
 def main(argv):
@@ -194,11 +291,18 @@ def main(argv):
     methods.insert(0, _BASELINE.value)
   # The baseline first: sft_continue's budget is its wall time.
   methods.sort(key=lambda m: (m != _BASELINE.value, m == "sft_continue"))
-  for seed in range(_SEEDS.value):
-    print(f"seed {seed}:", flush=True)
-    run_seed(root, seed, methods, size=_SIZE.value, regime=regime,
-             overrides=_OVERRIDES.value, eval_every=_EVAL_EVERY.value,
-             sft_root=_SFT_ROOT.value, baseline=_BASELINE.value)
+  # Method by method, every seed of one before the next, so that an
+  # interrupted comparison has whole methods to report.
+  runs = []
+  for label in methods:
+    for seed in range(_SEEDS.value):
+      runs += plan_seed(root, seed, [label], size=_SIZE.value, regime=regime,
+                        overrides=_OVERRIDES.value,
+                        eval_every=_EVAL_EVERY.value, sft_root=_SFT_ROOT.value,
+                        baseline=_BASELINE.value)
+  if _JOBS.value < 1:
+    raise app.UsageError("--jobs: at least 1.")
+  run_all(runs, _JOBS.value)
   results = reports.summarize_comparison(
       root, methods, _SEEDS.value, _BASELINE.value,
       fixed_costs=fixed_costs(methods))
@@ -206,17 +310,22 @@ def main(argv):
   signal = reports.diagnostics(root, methods, _SEEDS.value)
   regime_rows = reports.regime_statistics(root, _SEEDS.value, _BASELINE.value,
                                           _SFT_ROOT.value)
+  verifiers = reports.verifier_statistics(root, _SEEDS.value,
+                                          verifier_dirs(methods))
   title = f"regime {regime}: {config_lib.REGIMES[regime]}"
   with open(os.path.join(root, "compare.md"), "w") as f:
     f.write(f"{title}\n\n{reports.regime_table(regime_rows, _BASELINE.value)}"
             f"\n\n{table}\n\nWhere the signal is (means over every RL step "
             f"and seed):\n\n{reports.diagnostics_table(signal)}\n")
+    if verifiers:
+      f.write("\nThe verifiers, on their label set's held-out problems (mean "
+              f"(per seed)):\n\n{reports.verifier_table(verifiers)}\n")
   plot = os.path.join(root, "compare.png")
   reports.plot_comparison(results, plot, title=title)
   metrics_lib.write_json_atomic(
       os.path.join(root, "compare.json"),
       {"regime": {"name": regime, "seeds": regime_rows}, "methods": results,
-       "diagnostics": signal})
+       "diagnostics": signal, "verifiers": verifiers})
   if _PLOT.value:
     shutil.copyfile(plot, _PLOT.value)
   print(table)

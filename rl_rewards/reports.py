@@ -313,6 +313,74 @@ def regime_table(rows, baseline) -> str:
   return "\n".join(lines)
 
 
+# The quality of a comparison's verifiers on their label set's held-out
+# problems: (summary key of the prm stage, column header).
+VERIFIER_COLUMNS = (
+    ("prm/valid_auroc_vs_oracle", "step AUROC vs the checker"),
+    ("prm/valid_f1_at_half", "first-error F1 vs the checker"),
+    ("prm/valid_auroc_vs_labels", "step AUROC vs its labels"),
+)
+LABELS_AUROC = "labels/q_auroc_vs_oracle"
+
+
+def verifier_statistics(root, seeds, names) -> list:
+  """Per verifier of a comparison, its quality on each seed.
+
+  Reads `<root>/seed<s>/<name>/summary.json` for each verifier directory in
+  `names`, and the label set they were trained on (`<root>/seed<s>/labels`),
+  whose own Q-hat ranks steps against the checker with `LABELS_AUROC`: the
+  most a verifier fitted to those labels can show.
+
+  Returns:
+    [{name, model, target, label_problems, per_seed: {key: [value per seed
+    with a finished run]}, mean: {key: mean}}], "labels" first when there.
+  """
+  rows = []
+  for name in ["labels"] + list(names):
+    per_seed, info = {}, {}
+    for s in range(seeds):
+      path = os.path.join(root, f"seed{s}", name, metrics_lib.SUMMARY_FILE)
+      if not os.path.exists(path):
+        continue
+      stages = metrics_lib.read_json(path)["stages"]
+      if name == "labels":
+        keys, stage = (LABELS_AUROC,), stages.get("labels", {})
+      else:
+        keys, stage = [k for k, _ in VERIFIER_COLUMNS], stages.get("prm", {})
+        info = {"model": stage.get("prm/model"),
+                "target": stage.get("prm/target"),
+                "label_problems": stage.get("prm/label_problems")}
+      for key in keys:
+        if stage.get(key) is not None:
+          per_seed.setdefault(key, []).append(float(stage[key]))
+    if per_seed:
+      rows.append({"name": name, **info, "per_seed": per_seed,
+                   "mean": {k: float(np.mean(v)) for k, v in per_seed.items()}})
+  return rows
+
+
+def verifier_table(rows) -> str:
+  """Markdown of `verifier_statistics`: mean (per seed) per column."""
+  def cell(row, key):
+    if key not in row["mean"]:
+      return "–"
+    seeds = ", ".join(f"{v:.2f}" for v in row["per_seed"][key])
+    return f"{row['mean'][key]:.2f} ({seeds})"
+  lines = ["| verifier | model, target | " +
+           " | ".join(h for _, h in VERIFIER_COLUMNS) + " |",
+           "|---|---|" + "---|" * len(VERIFIER_COLUMNS)]
+  for row in rows:
+    if row["name"] == "labels":
+      cells = [cell(row, LABELS_AUROC)] + ["–"] * (len(VERIFIER_COLUMNS) - 1)
+      lines.append("| labels (Q̂ itself) | Monte-Carlo rollouts | " +
+                   " | ".join(cells) + " |")
+      continue
+    cells = [cell(row, key) for key, _ in VERIFIER_COLUMNS]
+    lines.append(f"| {row['name']} | {row['model']}, {row['target']} | " +
+                 " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
 # Per-step diagnostics of the RL stage that say where a method's signal is
 # (runners/rl.py): (metrics key, column header).
 DIAGNOSTICS = (

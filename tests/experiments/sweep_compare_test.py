@@ -213,6 +213,117 @@ def test_compare_knows_its_methods_and_their_shared_costs():
     assert verifier is None or verifier in compare.VERIFIERS
 
 
+def test_a_seeds_plan_orders_each_run_after_what_it_needs(tmp_path):
+  compare = pytest.importorskip("experiments.compare")
+  root = str(tmp_path)
+  runs = compare.plan_seed(root, 1, ["grpo", "pav", "tp_grpo", "sft_continue"],
+                           size="test", regime="long_sparse", overrides=["x=1"],
+                           eval_every=5, sft_root="", baseline="grpo")
+  base = os.path.join(root, "seed1")
+  by_dir = {os.path.relpath(r.workdir, base): r for r in runs}
+  sft = os.path.join(base, "sft")
+  assert by_dir["sft"].needs == ()
+  assert by_dir["grpo"].needs == (sft,)
+  assert by_dir["labels"].needs == (sft,)
+  assert by_dir["prm_soft"].needs == (os.path.join(base, "labels"),)
+  assert by_dir["prm_step"].needs == (os.path.join(base, "labels"),)
+  assert by_dir["pav"].needs == (sft, os.path.join(base, "prm_soft"))
+  assert by_dir["tp_grpo"].needs == (sft, os.path.join(base, "prm_step"))
+  assert f"prm={os.path.join(base, 'prm_step')}" in by_dir["tp_grpo"].config_spec
+  assert by_dir["sft_continue"].budget_from == os.path.join(base, "grpo")
+  assert os.path.join(base, "grpo") in by_dir["sft_continue"].needs
+  assert all(r.overrides[:2] == ("seed=1", "x=1") for r in runs)
+  assert by_dir["pav"].overrides[-1] == "rl.eval_every_steps=5"
+  # Every run is listed after the runs it needs (the shared label set twice).
+  seen = set()
+  for r in runs:
+    assert set(r.needs) <= seen, r.workdir
+    seen.add(r.workdir)
+
+
+def _fake_runs(tmp_path, compare, needs):
+  """Runs named by `needs` ({name: [names it needs]}) under tmp_path."""
+  path = lambda n: str(tmp_path / n)
+  return [compare.Run(path(n), "configs/grpo.py", (),
+                      tuple(path(m) for m in ms)) for n, ms in needs.items()]
+
+
+def _fake_train(log, lock, fail=(), meet=(), barrier=None):
+  """A stand-in for a training run: records its start and end, writes the
+  summary that marks a run finished; the runs named in `meet` wait for each
+  other at `barrier`, which breaks unless they run at once."""
+  def train(run):
+    name = os.path.basename(run.workdir)
+    with lock:
+      log.append(("start", name))
+    if name in meet:
+      barrier.wait(timeout=10)
+    if name in fail:
+      raise RuntimeError(f"{name} failed")
+    os.makedirs(run.workdir, exist_ok=True)
+    metrics_lib.write_json_atomic(
+        os.path.join(run.workdir, metrics_lib.SUMMARY_FILE), {})
+    with lock:
+      log.append(("end", name))
+  return train
+
+
+def test_runs_start_only_after_what_they_need_and_run_side_by_side(tmp_path):
+  import threading  # pylint: disable=g-import-not-at-top
+  compare = pytest.importorskip("experiments.compare")
+  needs = {"sft": [], "labels": ["sft"], "prm": ["labels"], "grpo": ["sft"],
+           "pav": ["sft", "prm"], "cont": ["grpo"]}
+  runs = _fake_runs(tmp_path, compare, needs)
+  log, lock = [], threading.Lock()
+  # labels and grpo both need only sft: with two jobs they must overlap, and
+  # each waits at a two-party barrier that breaks if they do not.
+  barrier = threading.Barrier(2)
+  compare.run_all(runs + runs[:2], jobs=2,
+                  train=_fake_train(log, lock, meet=("labels", "grpo"),
+                                    barrier=barrier))
+  assert not barrier.broken
+  assert sorted(n for e, n in log if e == "start") == sorted(needs)
+  for name, required in needs.items():
+    start = log.index(("start", name))
+    for m in required:
+      assert log.index(("end", m)) < start, (name, m)
+
+
+def test_one_job_runs_in_the_given_order(tmp_path):
+  import threading  # pylint: disable=g-import-not-at-top
+  compare = pytest.importorskip("experiments.compare")
+  needs = {"sft": [], "b": ["sft"], "a": ["sft"], "c": []}
+  log, lock = [], threading.Lock()
+  compare.run_all(_fake_runs(tmp_path, compare, needs), jobs=1,
+                  train=_fake_train(log, lock))
+  assert log == [(e, n) for n in ("sft", "b", "a", "c")
+                 for e in ("start", "end")]
+
+
+def test_a_failed_run_stops_what_needs_it_and_is_raised(tmp_path):
+  import threading  # pylint: disable=g-import-not-at-top
+  compare = pytest.importorskip("experiments.compare")
+  needs = {"sft": [], "labels": ["sft"], "pav": ["labels"], "grpo": ["sft"]}
+  log, lock = [], threading.Lock()
+  with pytest.raises(RuntimeError, match="labels failed"):
+    compare.run_all(_fake_runs(tmp_path, compare, needs), jobs=1,
+                    train=_fake_train(log, lock, fail=("labels",)))
+  started = [n for e, n in log if e == "start"]
+  assert started == ["sft", "labels"]  # Nothing starts after a failure.
+  # A finished run is reused: rerunning starts from the failed one.
+  log.clear()
+  compare.run_all(_fake_runs(tmp_path, compare, needs), jobs=1,
+                  train=_fake_train(log, lock))
+  assert [n for e, n in log if e == "start"] == ["labels", "pav", "grpo"]
+
+
+def test_a_run_needing_an_unplanned_run_is_refused(tmp_path):
+  compare = pytest.importorskip("experiments.compare")
+  runs = _fake_runs(tmp_path, compare, {"pav": ["prm"]})
+  with pytest.raises(ValueError, match="needs .*prm, which is neither"):
+    compare.run_all(runs, jobs=2, train=lambda run: None)
+
+
 @pytest.mark.slow
 def test_compare_runs_a_regime_end_to_end(tmp_path, monkeypatch):
   import subprocess  # pylint: disable=g-import-not-at-top
@@ -260,6 +371,36 @@ def test_regime_statistics_read_sft_and_the_baseline_run(tmp_path):
                    "rl_step_seconds": 2.5}]
   assert "| 0 | 0.210 (900, 300) | 0.60 / 0.40 | 0.50 | 2.50 |" in (
       reports.regime_table(rows, "grpo"))
+
+
+def test_verifier_statistics_average_each_verifier_over_its_seeds(tmp_path):
+  def write(seed, name, stages):
+    os.makedirs(tmp_path / f"seed{seed}" / name)
+    metrics_lib.write_summary(str(tmp_path / f"seed{seed}" / name),
+                              {"stages": stages, "stage_time_s": {}})
+  for seed, (q, auroc, f1) in enumerate([(0.8, 0.6, 0.5), (0.9, 0.7, 0.3)]):
+    write(seed, "labels", {"labels": {"labels/q_auroc_vs_oracle": q}})
+    write(seed, "prm_step", {"prm": {
+        "prm/model": "generative", "prm/target": "progress",
+        "prm/label_problems": 256, "prm/valid_auroc_vs_oracle": auroc,
+        "prm/valid_f1_at_half": f1, "prm/valid_auroc_vs_labels": 0.9}})
+  write(2, "prm_step", {"prm": {"prm/model": "generative",
+                                "prm/target": "progress"}})  # No evaluation.
+  rows = reports.verifier_statistics(str(tmp_path), 3,
+                                     ["prm_step", "prm_soft"])
+  assert [r["name"] for r in rows] == ["labels", "prm_step"]  # No prm_soft.
+  labels, step = rows
+  assert labels["mean"] == {"labels/q_auroc_vs_oracle": pytest.approx(0.85)}
+  assert step["per_seed"]["prm/valid_f1_at_half"] == [0.5, 0.3]
+  assert step["mean"]["prm/valid_auroc_vs_oracle"] == pytest.approx(0.65)
+  assert (step["model"], step["target"]) == ("generative", "progress")
+  table = reports.verifier_table(rows)
+  assert "| labels (Q̂ itself) | Monte-Carlo rollouts | 0.85 (0.80, 0.90) | – | – |" in table
+  assert ("| prm_step | generative, progress | 0.65 (0.60, 0.70) | "
+          "0.40 (0.50, 0.30) | 0.90 (0.90, 0.90) |") in table
+  compare = pytest.importorskip("experiments.compare")
+  assert compare.verifier_dirs(["grpo", "tp_grpo", "pav", "pure",
+                                "sft_continue"]) == ["prm_soft", "prm_step"]
 
 
 def test_diagnostics_average_every_step_of_every_seed(tmp_path):
