@@ -268,7 +268,10 @@ def regime_statistics(root, seeds, baseline, sft_root=""):
     all_wrong_first (fraction of the first rollout's groups with every
     sample wrong), all_wrong_mean (over the run), zero_signal_mean (groups
     with one outcome for every sample, over the run), rl_step_seconds
-    (median)}] for the seeds whose runs exist.
+    (median), right_wrong_step_first / right_wrong_step_mean (of the right
+    answers, those with a step the checker marks wrong: the first rollout's,
+    and over the run; None when the task has no step checker)}] for the
+    seeds whose runs exist.
   """
   rows = []
   for s in range(seeds):
@@ -294,22 +297,38 @@ def regime_statistics(root, seeds, baseline, sft_root=""):
             [r["train/zero_outcome_signal_groups"] for r in steps])),
         "rl_step_seconds": float(np.median(
             [r["time/step_s"] for r in steps])),
+        "right_wrong_step_first": _right_with_wrong_step(steps[:1]),
+        "right_wrong_step_mean": _right_with_wrong_step(steps),
     })
   return rows
+
+
+def _right_with_wrong_step(steps):
+  """Of the right answers of these RL steps, the fraction with a step the
+  checker marks wrong (`train/correct_with_wrong_step` and
+  `train/reward_mean` are both fractions of a step's rows)."""
+  key = "train/correct_with_wrong_step"
+  if not all(key in r for r in steps):
+    return None
+  right = sum(r["train/reward_mean"] for r in steps)
+  return sum(r[key] for r in steps) / right if right > 0 else None
 
 
 def regime_table(rows, baseline) -> str:
   """Markdown of `regime_statistics`."""
   lines = ["| seed | accuracy after SFT (steps, s) | all-wrong groups, first "
            f"rollout / mean over {baseline}'s run | groups without outcome "
-           f"signal (mean) | {baseline} s per RL step (median) |",
-           "|---|---|---|---|---|"]
+           f"signal (mean) | right answers with a wrong step, first / "
+           f"mean | {baseline} s per RL step (median) |",
+           "|---|---|---|---|---|---|"]
+  two = lambda v: "–" if v is None else f"{v:.2f}"
   for r in rows:
     lines.append(
         f"| {r['seed']} | {_fmt(r['start_accuracy'])} ({r['sft_steps']}, "
         f"{r['sft_seconds'] or 0:.0f}) | {r['all_wrong_first']:.2f} / "
         f"{r['all_wrong_mean']:.2f} | {r['zero_signal_mean']:.2f} | "
-        f"{r['rl_step_seconds']:.2f} |")
+        f"{two(r['right_wrong_step_first'])} / "
+        f"{two(r['right_wrong_step_mean'])} | {r['rl_step_seconds']:.2f} |")
   return "\n".join(lines)
 
 
@@ -332,39 +351,45 @@ def verifier_statistics(root, seeds, names) -> list:
   most a verifier fitted to those labels can show.
 
   Returns:
-    [{name, model, target, label_problems, per_seed: {key: [value per seed
-    with a finished run]}, mean: {key: mean}}], "labels" first when there.
+    [{name, model, target, label_problems, per_seed: {key: [value of seed
+    0, 1, ..., None where not measured]}, mean: {key: mean over the seeds
+    that measured it}}], "labels" first when there. A first-error F1 is
+    not measured (NaN in the summary) when the held-out solutions lack
+    every-step-correct ones.
   """
   rows = []
   for name in ["labels"] + list(names):
     per_seed, info = {}, {}
     for s in range(seeds):
       path = os.path.join(root, f"seed{s}", name, metrics_lib.SUMMARY_FILE)
-      if not os.path.exists(path):
-        continue
-      stages = metrics_lib.read_json(path)["stages"]
+      stages = (metrics_lib.read_json(path)["stages"]
+                if os.path.exists(path) else {})
       if name == "labels":
         keys, stage = (LABELS_AUROC,), stages.get("labels", {})
       else:
         keys, stage = [k for k, _ in VERIFIER_COLUMNS], stages.get("prm", {})
-        info = {"model": stage.get("prm/model"),
-                "target": stage.get("prm/target"),
-                "label_problems": stage.get("prm/label_problems")}
+        if stage:
+          info = {"model": stage.get("prm/model"),
+                  "target": stage.get("prm/target"),
+                  "label_problems": stage.get("prm/label_problems")}
       for key in keys:
-        if stage.get(key) is not None:
-          per_seed.setdefault(key, []).append(float(stage[key]))
-    if per_seed:
-      rows.append({"name": name, **info, "per_seed": per_seed,
-                   "mean": {k: float(np.mean(v)) for k, v in per_seed.items()}})
+        value = stage.get(key)
+        per_seed.setdefault(key, []).append(
+            None if value is None or np.isnan(value) else float(value))
+    mean = {k: float(np.mean([x for x in v if x is not None]))
+            for k, v in per_seed.items() if any(x is not None for x in v)}
+    if mean:
+      rows.append({"name": name, **info, "per_seed": per_seed, "mean": mean})
   return rows
 
 
 def verifier_table(rows) -> str:
-  """Markdown of `verifier_statistics`: mean (per seed) per column."""
+  """Markdown of `verifier_statistics`: mean (seed 0, 1, ...) per column."""
   def cell(row, key):
     if key not in row["mean"]:
       return "–"
-    seeds = ", ".join(f"{v:.2f}" for v in row["per_seed"][key])
+    seeds = ", ".join("–" if v is None else f"{v:.2f}"
+                      for v in row["per_seed"][key])
     return f"{row['mean'][key]:.2f} ({seeds})"
   lines = ["| verifier | model, target | " +
            " | ".join(h for _, h in VERIFIER_COLUMNS) + " |",

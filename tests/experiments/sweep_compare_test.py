@@ -357,20 +357,26 @@ def test_regime_statistics_read_sft_and_the_baseline_run(tmp_path):
   run = tmp_path / "seed0" / "grpo"
   os.makedirs(run)
   with open(run / "metrics.jsonl", "w") as f:
-    for step, (wrong, zero, secs) in enumerate(
-        [(0.6, 0.7, 3.0), (0.4, 0.5, 2.0), (0.2, 0.3, 2.5)], start=1):
+    for step, (wrong, zero, secs, right, unfaithful) in enumerate(
+        [(0.6, 0.7, 3.0, 0.1, 0.1), (0.4, 0.5, 2.0, 0.2, 0.1),
+         (0.2, 0.3, 2.5, 0.5, 0.1)], start=1):
       f.write(json.dumps({"stage": "rl", "step": step,
                           "train/all_wrong_groups": wrong,
                           "train/zero_outcome_signal_groups": zero,
+                          "train/reward_mean": right,
+                          "train/correct_with_wrong_step": unfaithful,
                           "time/step_s": secs}) + "\n")
   rows = reports.regime_statistics(str(tmp_path), 2, "grpo")
+  # Of the 0.1 + 0.2 + 0.5 right answers, 0.3 had a wrong step.
   assert rows == [{"seed": 0, "start_accuracy": 0.21, "sft_steps": 900,
                    "sft_seconds": 300.0, "all_wrong_first": 0.6,
                    "all_wrong_mean": pytest.approx(0.4),
                    "zero_signal_mean": pytest.approx(0.5),
-                   "rl_step_seconds": 2.5}]
-  assert "| 0 | 0.210 (900, 300) | 0.60 / 0.40 | 0.50 | 2.50 |" in (
-      reports.regime_table(rows, "grpo"))
+                   "rl_step_seconds": 2.5,
+                   "right_wrong_step_first": pytest.approx(1.0),
+                   "right_wrong_step_mean": pytest.approx(0.375)}]
+  assert ("| 0 | 0.210 (900, 300) | 0.60 / 0.40 | 0.50 | 1.00 / 0.38 | "
+          "2.50 |") in reports.regime_table(rows, "grpo")
 
 
 def test_verifier_statistics_average_each_verifier_over_its_seeds(tmp_path):
@@ -384,20 +390,26 @@ def test_verifier_statistics_average_each_verifier_over_its_seeds(tmp_path):
         "prm/model": "generative", "prm/target": "progress",
         "prm/label_problems": 256, "prm/valid_auroc_vs_oracle": auroc,
         "prm/valid_f1_at_half": f1, "prm/valid_auroc_vs_labels": 0.9}})
-  write(2, "prm_step", {"prm": {"prm/model": "generative",
-                                "prm/target": "progress"}})  # No evaluation.
-  rows = reports.verifier_statistics(str(tmp_path), 3,
+  write(2, "prm_step", {"prm": {
+      "prm/model": "generative", "prm/target": "progress",
+      "prm/valid_auroc_vs_oracle": 0.8, "prm/valid_f1_at_half": float("nan"),
+      "prm/valid_auroc_vs_labels": 0.9}})  # F1 not measured.
+  rows = reports.verifier_statistics(str(tmp_path), 4,
                                      ["prm_step", "prm_soft"])
   assert [r["name"] for r in rows] == ["labels", "prm_step"]  # No prm_soft.
   labels, step = rows
   assert labels["mean"] == {"labels/q_auroc_vs_oracle": pytest.approx(0.85)}
-  assert step["per_seed"]["prm/valid_f1_at_half"] == [0.5, 0.3]
-  assert step["mean"]["prm/valid_auroc_vs_oracle"] == pytest.approx(0.65)
+  assert labels["per_seed"]["labels/q_auroc_vs_oracle"] == [0.8, 0.9, None,
+                                                            None]
+  assert step["per_seed"]["prm/valid_f1_at_half"] == [0.5, 0.3, None, None]
+  assert step["mean"]["prm/valid_f1_at_half"] == pytest.approx(0.4)
+  assert step["mean"]["prm/valid_auroc_vs_oracle"] == pytest.approx(0.7)
   assert (step["model"], step["target"]) == ("generative", "progress")
   table = reports.verifier_table(rows)
-  assert "| labels (Q̂ itself) | Monte-Carlo rollouts | 0.85 (0.80, 0.90) | – | – |" in table
-  assert ("| prm_step | generative, progress | 0.65 (0.60, 0.70) | "
-          "0.40 (0.50, 0.30) | 0.90 (0.90, 0.90) |") in table
+  assert ("| labels (Q̂ itself) | Monte-Carlo rollouts | 0.85 (0.80, 0.90, "
+          "–, –) | – | – |") in table
+  assert ("| prm_step | generative, progress | 0.70 (0.60, 0.70, 0.80, –) | "
+          "0.40 (0.50, 0.30, –, –) | 0.90 (0.90, 0.90, 0.90, –) |") in table
   compare = pytest.importorskip("experiments.compare")
   assert compare.verifier_dirs(["grpo", "tp_grpo", "pav", "pure",
                                 "sft_continue"]) == ["prm_soft", "prm_step"]
