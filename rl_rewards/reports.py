@@ -353,9 +353,10 @@ def verifier_statistics(root, seeds, names) -> list:
   Returns:
     [{name, model, target, label_problems, per_seed: {key: [value of seed
     0, 1, ..., None where not measured]}, mean: {key: mean over the seeds
-    that measured it}}], "labels" first when there. A first-error F1 is
-    not measured (NaN in the summary) when the held-out solutions lack
-    every-step-correct ones.
+    that measured it}}]: "labels" first when measured, then each verifier
+    trained on some seed. A metric is not measured (NaN in the summary)
+    when the held-out solutions lack one of its classes, e.g. F1 without
+    solutions whose every step is right.
   """
   rows = []
   for name in ["labels"] + list(names):
@@ -378,7 +379,7 @@ def verifier_statistics(root, seeds, names) -> list:
             None if value is None or np.isnan(value) else float(value))
     mean = {k: float(np.mean([x for x in v if x is not None]))
             for k, v in per_seed.items() if any(x is not None for x in v)}
-    if mean:
+    if mean or info:  # A trained verifier is listed, measured or not.
       rows.append({"name": name, **info, "per_seed": per_seed, "mean": mean})
   return rows
 

@@ -343,6 +343,10 @@ def test_compare_runs_a_regime_end_to_end(tmp_path, monkeypatch):
   table = (root / "compare.md").read_text()
   assert table.startswith("regime long_sparse")
   assert "all-wrong groups" in table
+  # The verifier's quality; at this size its label set has no right step,
+  # so its AUROCs are not measured.
+  assert "| prm_soft | head, soft | – | – | – |" in table
+  assert [r["name"] for r in written["verifiers"]] == ["prm_soft"]
   config = json.loads((root / "seed0" / "pav" / "config.json").read_text())
   assert config["task"]["max_ops"] == 9 and config["rl"]["eval_every_steps"] == 1
 
