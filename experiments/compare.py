@@ -136,7 +136,8 @@ def _train(run):
           f"--config={run.config_spec}", f"--workdir={run.workdir}"] + [
               f"--config.{o}" for o in overrides]
   os.makedirs(run.workdir, exist_ok=True)
-  print(f"  {' '.join(args[2:])}", flush=True)
+  # One write per line: runs started side by side print from threads.
+  print(f"  {' '.join(args[2:])}\n", end="", flush=True)
   with open(os.path.join(run.workdir, "compare_log.txt"), "a") as log:
     code = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT,
                           check=False).returncode
@@ -318,8 +319,9 @@ def main(argv):
             f"\n\n{table}\n\nWhere the signal is (means over every RL step "
             f"and seed):\n\n{reports.diagnostics_table(signal)}\n")
     if verifiers:
-      f.write("\nThe verifiers, on their label set's held-out problems (mean "
-              f"(per seed)):\n\n{reports.verifier_table(verifiers)}\n")
+      f.write("\nThe verifiers, on their label set's held-out problems, "
+              "mean (seed 0, 1, ...):\n\n"
+              f"{reports.verifier_table(verifiers)}\n")
   plot = os.path.join(root, "compare.png")
   reports.plot_comparison(results, plot, title=title)
   metrics_lib.write_json_atomic(
