@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import time
 
 import jax
 import orbax.checkpoint as ocp
@@ -99,15 +100,36 @@ class Checkpointer:
     except Exception as e:  # pylint: disable=broad-except
       if not errors.is_disk_full(e):
         raise
-      for name in os.listdir(self.directory):
-        if name.startswith(f"{int(step)}.orbax-checkpoint-tmp"):
-          shutil.rmtree(os.path.join(self.directory, name),
-                        ignore_errors=True)
+      self._remove_partial_save(step)
       raise errors.disk_full(
           os.path.join(self.directory, str(int(step))),
           f"the latest complete checkpoint (step {self.latest_step()}) is "
           "intact and a rerun resumes from it") from e
     kill_points.point("checkpoint.saved")
+
+  def _remove_partial_save(self, step, quiet_seconds=0.5,
+                           limit_seconds=30.0):
+    """Removes the temporary directory of a failed save of `step`.
+
+    Orbax raises at the first failed write, while tensorstore's own threads
+    may still be writing array chunks of the same save, and recreate the
+    directory once it is removed. So it is removed until it has stayed absent
+    for `quiet_seconds` (at most `limit_seconds`; whatever lands later is
+    removed when the stage is next opened).
+    """
+    prefix = f"{int(step)}.orbax-checkpoint-tmp"
+    start = quiet_since = time.monotonic()
+    while True:
+      found = [n for n in os.listdir(self.directory) if n.startswith(prefix)]
+      for name in found:
+        shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+      now = time.monotonic()
+      if found:
+        quiet_since = now
+      if (now - quiet_since >= quiet_seconds
+          or now - start >= limit_seconds):
+        return
+      time.sleep(0.02)
 
   def wait(self):
     """Blocks until every checkpoint write in flight is complete."""

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 
 from etils import epath
 import jax
@@ -187,6 +188,39 @@ def test_disk_full_during_a_checkpoint_save(tmp_path, monkeypatch):
   again.save(2, {"w": jnp.full((4, 3), 2.0)}, {"step": 2})
   assert again.latest_step() == 2
 
+
+
+def test_chunks_landing_after_a_failed_save_are_removed(tmp_path,
+                                                        monkeypatch):
+  # Orbax raises at the first failed write while tensorstore may still be
+  # writing array chunks of the same save: here one lands just after the
+  # partial directory is first removed.
+  directory = str(tmp_path / "ckpt")
+  ckpt = checkpoints.Checkpointer(directory)
+  ckpt.save(1, {"w": jnp.full((4, 3), 1.0)}, {"step": 1})
+  original_write, original_rmtree = epath.Path.write_text, shutil.rmtree
+  landed = []
+
+  def write_text(self, *args, **kwargs):
+    if "2.orbax-checkpoint-tmp/state" in str(self):
+      raise _disk_full(self)
+    return original_write(self, *args, **kwargs)
+
+  def rmtree(path, *args, **kwargs):
+    original_rmtree(path, *args, **kwargs)
+    if not landed and ".orbax-checkpoint-tmp" in os.path.basename(path):
+      chunk = os.path.join(path, "state.orbax-checkpoint-tmp", "d")
+      os.makedirs(chunk)
+      with open(os.path.join(chunk, "late_chunk"), "w") as f:
+        f.write("x")
+      landed.append(path)
+
+  monkeypatch.setattr(epath.Path, "write_text", write_text)
+  monkeypatch.setattr(checkpoints.shutil, "rmtree", rmtree)
+  with pytest.raises(OSError, match="disk full while writing"):
+    ckpt.save(2, {"w": jnp.full((4, 3), 2.0)}, {"step": 2})
+  assert landed  # The late chunk did land after the first removal.
+  assert sorted(os.listdir(directory)) == ["1"]
 
 # ------------------------------------------------- HF checkpoints, tokenizer --
 
