@@ -25,14 +25,18 @@ On 2 CPU cores with a reused tiny SFT policy: labels about 2 minutes, PRM
 training under a minute, evaluation about 2 minutes.
 
 Two grids for `experiments.sweep`: the default one crosses the verifier
-model with its training labels; `:sweep=budget` crosses the five verifier
-kinds (score head on soft and hard labels, generative on progress and soft
-labels, implicit) with the label budget, training each on the first 128,
-256 or 1024 problems (`prm.label_problems`) of one finished label run:
+model with its training labels; `:sweep=budget` crosses the seven verifier
+kinds (score head on soft, hard and prover labels, generative on progress,
+soft and prover labels, implicit) with the label budget, training each on
+the first 128, 256 or 1024 problems (`prm.label_problems`) of one finished
+label run. The label run names a Best-of-K prover, so that the prover
+target Q̂^μ = 1 − (1 − Q̂^π)^K differs from the soft one (the Monte-Carlo
+rollouts, and so every other target, are the policy's either way):
 
     python -m experiments.train --config=configs/prm.py:sft=runs/s0 \
         --config.stages=sft,labels --config.labels.num_problems=1024 \
-        --config.labels.num_rollouts=8 --workdir=runs/budget/labels
+        --config.labels.num_rollouts=8 --config.labels.prover=best_of_k \
+        --workdir=runs/budget/labels
     python -m experiments.sweep \
         --config=configs/prm.py:sft=runs/s0,labels=runs/budget/labels,sweep=budget \
         --workdir=runs/budget
@@ -81,7 +85,8 @@ def verifier_settings(model: str, target: str) -> dict:
 
 # (model, target) of each verifier kind the budget grid compares.
 BUDGET_KINDS = (("head", "soft"), ("head", "hard"), ("generative", "progress"),
-                ("generative", "soft"), ("implicit", "soft"))
+                ("generative", "soft"), ("implicit", "soft"),
+                ("head", "prover"), ("generative", "prover"))
 BUDGET_PROBLEMS = (128, 256, 1024)
 
 

@@ -38,7 +38,9 @@ def test_the_budget_grid_sets_each_kinds_own_keys():
   points = cli.load_sweep(
       os.path.join(ROOT, "configs", "prm.py:sweep=budget,labels=runs/l"))
   kinds = {(p["prm.model"], p["prm.target"]) for p in points}
-  assert len(kinds) == 5 and len(points) == 15
+  assert len(kinds) == 7 and len(points) == 21
+  assert {target for _, target in kinds} == {"soft", "hard", "progress",
+                                               "prover"}
   assert {p["prm.label_problems"] for p in points} == {128, 256, 1024}
   for point in points:
     # The keys that follow from the kind are the point's, not the file's
