@@ -468,6 +468,8 @@ REGIMES = {
     # a process reward's signal does not depend on the group's other
     # samples. The lever of the process-reward papers' sample-efficiency
     # claims: the dense signal exists where the group baseline has none.
+    # An ablation of long_sparse (same SFT policies), not a separate regime
+    # of the comparison: the oracle's lead came out no larger (README).
     "long_sparse_n4": "long_sparse with 4 samples per prompt, 2x prompts",
     # long_sparse with SFT stopped at 10 %: outcomes made sparser by a
     # weaker starting policy rather than by smaller groups. Within
