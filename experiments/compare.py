@@ -20,7 +20,8 @@ once, each after the runs it needs (`run_all`).
 
 Outputs in `<workdir>`: `compare.md` (held-out accuracy, and per seed the
 samples and the compute each method needs to reach the baseline's final
-accuracy of that seed, as a fraction of the baseline's, with a bootstrap
+accuracy of that seed, or with `--target_evals=N` the mean of its last N
+evaluations, as a fraction of the baseline's, with a bootstrap
 confidence interval over seeds), `compare.json`, and `compare.png`
 (accuracy against samples and against compute, which counts the labels
 and verifier training a method needs; mean and spread over seeds);
@@ -89,6 +90,10 @@ _SIZE = flags.DEFINE_string("size", "tiny", "Model/task size: tiny or test.")
 _EVAL_EVERY = flags.DEFINE_integer(
     "eval_every_steps", 5, "Held-out evaluation interval of the RL runs: the "
     "resolution of 'samples to reach'.")
+_TARGET_EVALS = flags.DEFINE_integer(
+    "target_evals", 1, "The target of 'samples to reach' on a seed: the mean "
+    "of the baseline's last N held-out evaluations there (1: its final "
+    "accuracy). N > 1 keeps a baseline that ends on a dip from lowering it.")
 _PLOT = flags.DEFINE_string("plot", "", "Also copy compare.png here.")
 _JOBS = flags.DEFINE_integer(
     "jobs", 1, "Runs at once, each started when the runs it needs have "
@@ -303,11 +308,14 @@ def main(argv):
                         baseline=_BASELINE.value)
   if _JOBS.value < 1:
     raise app.UsageError("--jobs: at least 1.")
+  if _TARGET_EVALS.value < 1:
+    raise app.UsageError("--target_evals: at least 1.")
   run_all(runs, _JOBS.value)
   results = reports.summarize_comparison(
       root, methods, _SEEDS.value, _BASELINE.value,
-      fixed_costs=fixed_costs(methods))
-  table = reports.comparison_table(results, _BASELINE.value)
+      fixed_costs=fixed_costs(methods), target_evals=_TARGET_EVALS.value)
+  table = reports.comparison_table(results, _BASELINE.value,
+                                   _TARGET_EVALS.value)
   signal = reports.diagnostics(root, methods, _SEEDS.value)
   regime_rows = reports.regime_statistics(root, _SEEDS.value, _BASELINE.value,
                                           _SFT_ROOT.value)

@@ -145,7 +145,21 @@ def _reach_summary(fractions):
   return out
 
 
-def summarize_comparison(root, methods, seeds, baseline, fixed_costs=None):
+def baseline_target(accuracy, evals=1) -> float:
+  """The accuracy other methods must reach: the mean of the baseline's last
+  `evals` held-out evaluations (1: its final one).
+
+  With `evals` > 1 a baseline that ends on a dip does not lower the target,
+  nor does one that ends on a spike raise it.
+  """
+  accuracy = np.asarray(accuracy, np.float64)
+  if evals < 1:
+    raise ValueError(f"evals: at least 1, got {evals}.")
+  return float(accuracy[-evals:].mean())
+
+
+def summarize_comparison(root, methods, seeds, baseline, fixed_costs=None,
+                         target_evals=1):
   """Curves and samples/compute-to-reach of every method over seeds.
 
   Args:
@@ -157,6 +171,9 @@ def summarize_comparison(root, methods, seeds, baseline, fixed_costs=None):
     fixed_costs: {method: [(directory, stage)]}: shared stages of a seed
       (`seed<s>/<directory>`) whose seconds count toward a method's compute
       (labels, verifier training).
+    target_evals: the target on a seed is the mean of the baseline's last
+      `target_evals` evaluations there (`baseline_target`); 1 (the default)
+      is its final accuracy.
 
   Returns:
     {method: {samples, seconds (compute, fixed costs included),
@@ -196,7 +213,7 @@ def summarize_comparison(root, methods, seeds, baseline, fixed_costs=None):
                        "seed_ids": sorted(runs)}
   if baseline not in results:
     return results
-  target = results[baseline]["accuracy_mean"][-1]
+  target = baseline_target(results[baseline]["accuracy_mean"], target_evals)
   base_samples = samples_to_reach(
       np.array(results[baseline]["samples"]),
       np.array(results[baseline]["accuracy_mean"]), target)
@@ -219,9 +236,10 @@ def summarize_comparison(root, methods, seeds, baseline, fixed_costs=None):
       b_samples, b_secs, b_acc = base_runs[s]
       if "samples" in axes:
         fractions["samples"].append(reach_per_seed(
-            (samples, acc), b_acc[-1], b_samples[-1]))
+            (samples, acc), baseline_target(b_acc, target_evals),
+            b_samples[-1]))
       fractions["compute"].append(reach_per_seed(
-          (secs, acc), b_acc[-1], b_secs[-1]))
+          (secs, acc), baseline_target(b_acc, target_evals), b_secs[-1]))
     r["reach"] = {k: _reach_summary(v) for k, v in fractions.items()}
   return results
 
@@ -236,12 +254,15 @@ def _fraction_cell(summary):
   return f"{summary['mean']:.2f} [{low:.2f}, {high:.2f}]; {per_seed}"
 
 
-def comparison_table(results, baseline):
+def comparison_table(results, baseline, target_evals=1):
   """Markdown: accuracy, and the fraction of the baseline's samples and
-  compute each method needs to reach the baseline's final accuracy (per
-  seed; mean [95 % bootstrap interval]; 'never' past its budget)."""
+  compute each method needs to reach the baseline's final accuracy, or the
+  mean of its last `target_evals` evaluations (per seed; mean [95 %
+  bootstrap interval]; 'never' past its budget)."""
+  target = (f"{baseline}'s final" if target_evals == 1 else
+            f"{baseline}'s mean of its last {target_evals} evaluations")
   lines = ["| method | seeds | start acc | final acc (mean ± std) | "
-           f"samples to reach {baseline}'s final, as a fraction of "
+           f"samples to reach {target}, as a fraction of "
            f"{baseline}'s | compute to reach it, likewise |",
            "|---|---|---|---|---|---|"]
   for method, r in results.items():

@@ -192,6 +192,39 @@ def test_sft_continued_baseline_is_compared_on_compute_only(tmp_path):
   assert "| sft_continue | 1 | 0.400 | 0.800 ± 0.000 | – | 0.50 [0.50, 0.50]; 0.50 |" in table
 
 
+def test_a_baseline_ending_on_a_dip_is_measured_by_its_last_evaluations(
+    tmp_path):
+  # grpo rises to 0.6 and ends on a dip at 0.5. Against its final accuracy
+  # both methods "reach" it at the first evaluation after the start (1/3 of
+  # grpo's 7680 samples); against the mean of its last 3 evaluations,
+  # (0.5 + 0.6 + 0.5) / 3 = 0.533, both need 2 of its 3 evaluations.
+  _write_curve(tmp_path / "seed0" / "grpo", [0.4, 0.5, 0.6, 0.5])
+  _write_curve(tmp_path / "seed0" / "pav", [0.4, 0.5, 0.55, 0.6])
+  final = reports.summarize_comparison(str(tmp_path), ["grpo", "pav"], 1,
+                                       "grpo")
+  last3 = reports.summarize_comparison(str(tmp_path), ["grpo", "pav"], 1,
+                                       "grpo", target_evals=3)
+  for method in ("grpo", "pav"):
+    assert final[method]["reach"]["samples"]["per_seed"] == [
+        pytest.approx(1 / 3)]
+    assert last3[method]["reach"]["samples"]["per_seed"] == [
+        pytest.approx(2 / 3)]
+  assert last3["pav"]["samples_to_baseline_final"] == 5120
+  table = reports.comparison_table(last3, "grpo", target_evals=3)
+  assert "samples to reach grpo's mean of its last 3 evaluations" in table
+  assert "| pav | 1 | 0.400 | 0.600 ± 0.000 | 0.67 [0.67, 0.67]; 0.67 |" in (
+      table)
+
+
+def test_baseline_target_is_the_mean_of_the_last_evaluations():
+  assert reports.baseline_target([0.1, 0.4, 0.2]) == pytest.approx(0.2)
+  assert reports.baseline_target([0.1, 0.4, 0.2], 2) == pytest.approx(0.3)
+  # More evaluations than the curve has: the whole curve.
+  assert reports.baseline_target([0.1, 0.4, 0.2], 5) == pytest.approx(0.7 / 3)
+  with pytest.raises(ValueError, match="evals"):
+    reports.baseline_target([0.1], 0)
+
+
 def test_bootstrap_interval_brackets_the_mean():
   low, high = reports.bootstrap_interval([0.2, 0.3, 0.4, 0.5, 0.6])
   assert 0.2 <= low < 0.4 < high <= 0.6
