@@ -334,7 +334,8 @@ def main(argv):
   reports.plot_comparison(results, plot, title=title)
   metrics_lib.write_json_atomic(
       os.path.join(root, "compare.json"),
-      {"regime": {"name": regime, "seeds": regime_rows}, "methods": results,
+      {"regime": {"name": regime, "seeds": regime_rows},
+       "target_evals": _TARGET_EVALS.value, "methods": results,
        "diagnostics": signal, "verifiers": verifiers})
   if _PLOT.value:
     shutil.copyfile(plot, _PLOT.value)

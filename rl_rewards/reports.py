@@ -234,12 +234,12 @@ def summarize_comparison(root, methods, seeds, baseline, fixed_costs=None,
       if s not in base_runs:
         continue
       b_samples, b_secs, b_acc = base_runs[s]
+      seed_target = baseline_target(b_acc, target_evals)
       if "samples" in axes:
         fractions["samples"].append(reach_per_seed(
-            (samples, acc), baseline_target(b_acc, target_evals),
-            b_samples[-1]))
+            (samples, acc), seed_target, b_samples[-1]))
       fractions["compute"].append(reach_per_seed(
-          (secs, acc), baseline_target(b_acc, target_evals), b_secs[-1]))
+          (secs, acc), seed_target, b_secs[-1]))
     r["reach"] = {k: _reach_summary(v) for k, v in fractions.items()}
   return results
 

@@ -374,6 +374,7 @@ def test_compare_runs_a_regime_end_to_end(tmp_path, monkeypatch):
   results = written["methods"]
   assert set(results) == {"grpo", "pav", "oracle", "sft_continue"}
   assert written["regime"]["seeds"][0]["seed"] == 0
+  assert written["target_evals"] == 1  # The final accuracy is the target.
   assert results["grpo"]["reach"]["samples"]["per_seed"][0] is not None
   table = (root / "compare.md").read_text()
   assert table.startswith("regime long_sparse")
