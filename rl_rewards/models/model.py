@@ -8,7 +8,12 @@ Token arrays are batch-first [B, T] int32. `attention_mask` is 1 on real
 tokens and 0 on padding; padded keys are never attended to. Position ids
 default to cumsum(attention_mask) - 1 (clipped at 0), so a left-padded prompt
 gets positions relative to its first real token, as in Hugging Face
-`generate`. Attention is causal by slot index.
+`generate`. Attention is causal by slot index; in a layer of type "sliding"
+(`cfg.layer_types`) the query in slot t also sees only key slots s with
+t − s < `cfg.sliding_window` (`attention_masks` builds the masks of every
+pass: training, log-probs and the KV-cache decode alike). Slots are
+contiguous in every row of a left-padded batch, so this is the distance in
+positions too.
 
 With a KV cache (`init_cache`), the T new tokens are written at slots
 [cache_index, cache_index + T) and attend to every earlier valid slot; the
@@ -91,10 +96,40 @@ def _module(cfg, heads=("lm",)):
   return transformer.Decoder(cfg, heads=tuple(heads))
 
 
+def attention_masks(cfg: config_lib.ModelConfig, query_slot: Array,
+                    key_slot: Array, key_valid: Array) -> dict:
+  """The attention mask of each layer type in use, by slot index.
+
+  full[b, t, s]    = key_slot[s] <= query_slot[t]  and  key_valid[b, s]
+  sliding[b, t, s] = full[b, t, s]  and  query_slot[t] − key_slot[s] < W
+
+  with W = `cfg.sliding_window` (Hugging Face's `sliding_window_overlay`).
+
+  Args:
+    cfg: the model configuration (`attention_kinds`, `sliding_window`).
+    query_slot: [T] int slot of each query token.
+    key_slot: [S] int slot of each key.
+    key_valid: [B, S] bool, True on keys that hold a real token.
+
+  Returns:
+    {layer type: [B, T, S] bool} for every type in `cfg.attention_kinds`.
+  """
+  distance = query_slot[:, None] - key_slot[None, :]  # [T, S]
+  full = (distance >= 0)[None] & key_valid[:, None, :]
+  masks = {}
+  for kind in cfg.attention_kinds:
+    if kind == "sliding":
+      masks[kind] = full & (distance < cfg.sliding_window)[None]
+    else:
+      masks[kind] = full
+  return masks
+
+
 def _boxed_init(cfg, heads, rng):
   tokens = jnp.zeros((1, 1), jnp.int32)
   positions = jnp.zeros((1, 1), jnp.int32)
-  allowed = jnp.ones((1, 1, 1), bool)
+  slot = jnp.zeros((1,), jnp.int32)
+  allowed = attention_masks(cfg, slot, slot, jnp.ones((1, 1), bool))
   module = _module(cfg, heads)
   return module.init(rng, tokens, positions, allowed,
                      method=transformer.Decoder.init_all_heads)["params"]
@@ -468,7 +503,7 @@ def _jit_forward(cfg, head, params, tokens, attention_mask, positions,
   if positions is None:
     positions = default_positions(valid)
   slot = jnp.arange(tokens.shape[1])
-  allowed = (slot[None, :] <= slot[:, None])[None] & valid[:, None, :]
+  allowed = attention_masks(cfg, slot, slot, valid)
   out, _ = _module(cfg, (head,)).apply({"params": params}, tokens, positions,
                                        allowed, None, 0, head, last_only)
   return out
@@ -491,8 +526,7 @@ def _jit_cached_forward(cfg, head, params, tokens, attention_mask, positions,
   key_mask = jax.lax.dynamic_update_slice(cache.key_mask, valid,
                                           (0, cache_index))
   query_slot = cache_index + jnp.arange(length)
-  allowed = ((slot[None, :] <= query_slot[:, None])[None] &
-             key_mask[:, None, :])
+  allowed = attention_masks(cfg, query_slot, slot, key_mask)
   out, (new_k, new_v) = _module(cfg, (head,)).apply(
       {"params": params}, tokens, positions, allowed, (cache.k, cache.v),
       cache_index, head, last_only)
@@ -519,7 +553,7 @@ def _jit_hidden_states(cfg, params, tokens, attention_mask, positions):
   if positions is None:
     positions = default_positions(valid)
   slot = jnp.arange(tokens.shape[1])
-  allowed = (slot[None, :] <= slot[:, None])[None] & valid[:, None, :]
+  allowed = attention_masks(cfg, slot, slot, valid)
   hidden, _ = _module(cfg, ()).apply(
       {"params": params}, tokens, positions, allowed, None, 0,
       method=transformer.Decoder.hidden_states)

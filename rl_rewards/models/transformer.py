@@ -1,18 +1,31 @@
-"""Flax Linen modules of the Qwen2/Llama decoder.
+"""Flax Linen modules of the decoder.
 
 These modules are an implementation detail of `rl_rewards.models.model`,
 whose pure functions (`init_params`, `apply`, ...) are the public interface.
 
-Architecture (matches Hugging Face `Qwen2ForCausalLM` / `LlamaForCausalLM`):
+Architecture (matches Hugging Face `Qwen2ForCausalLM`, `Qwen3ForCausalLM`,
+`LlamaForCausalLM`, `MistralForCausalLM` and `Gemma3ForCausalLM`; every
+difference between them is a `ModelConfig` field, named in brackets):
 
-  h_0 = E[tokens]
-  a_l = h_l + Attention(RMSNorm(h_l))             (GQA, RoPE, causal + pad mask)
-  h_{l+1} = a_l + W_down(silu(W_gate x) * (W_up x)),   x = RMSNorm(a_l)
-  out = head(RMSNorm(h_L))
+  h_0 = E[tokens] * embed_scale                                [embed_scale]
+  pre:      a_l = h_l + Attn_l(N(h_l))
+            h_{l+1} = a_l + MLP(N(a_l))
+  sandwich: a_l = h_l + N(Attn_l(N(h_l)))                   [norm_placement]
+            h_{l+1} = a_l + N(MLP(N(a_l)))
+  MLP(x) = W_down(act(W_gate x) * (W_up x)),  act silu or gelu_tanh
+                                                            [mlp_activation]
+  out = head(N(h_L))
 
-with RMSNorm(x) = x * rsqrt(mean(x^2) + eps) * w computed in float32, the
-attention scale 1/sqrt(Dh) and RoPE in the "rotate_half" convention
-(the two halves of each head are the real and imaginary parts).
+with N(x) = x * rsqrt(mean(x^2) + eps) * (offset + w) computed in float32
+[rms_scale_offset] (each N has its own w). Attn_l is grouped-query attention:
+q, k, v projections [attention_bias], per-head N of q and k [qk_norm], RoPE in
+the "rotate_half" convention (the two halves of each head are the real and
+imaginary parts) with the layer's inverse frequencies [rope_theta,
+rope_scaling; local_rope_theta for sliding layers], the scale 1/sqrt(Dh) or
+query_pre_attn_scalar^-1/2, and the mask of the layer's type: causal + padding,
+and for "sliding" layers also t − s < sliding_window [layer_types]. The masks
+are built by `model.py`; the RoPE tables (cos, sin) once per layer type by
+the `Decoder`.
 
 Shapes: tokens [B, T]; activations [B, T, D]; queries [B, T, H, Dh]; keys
 and values [B, S, KVH, Dh] as attention reads them, where S is the number of
@@ -26,13 +39,16 @@ decoding step reads the cache in place. (Stored [B, S, KVH, Dh], XLA's CPU
 backend copies the whole cache into that order twice per layer and step.)
 
 With `cfg.scan_layers` the L blocks are one `nn.scan` over a `ScanBlock`
-whose parameters are stacked on a leading axis (logical name `layers`);
-otherwise they are L separate `Block`s `layers_{i}`. `cfg.remat` wraps the
-block in `nn.remat` (`remat_block`).
+whose parameters are stacked on a leading axis (logical name `layers`); the
+scan carries each layer's index and whether it slides, and a layer picks its
+mask and RoPE tables by that flag. Otherwise they are L separate `Block`s
+`layers_{i}`, each given its own layer type's mask and tables. `cfg.remat`
+wraps the block in `nn.remat` (`remat_block`).
 Every parameter carries logical axis names from `rl_rewards.sharding.axes`.
 """
 
-from typing import Optional, Tuple
+import math
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import flax.linen as nn
 import jax
@@ -116,34 +132,140 @@ def rope_inverse_frequencies(head_dim: int, theta: float) -> np.ndarray:
   return (np.float32(1.0) / (np.float32(theta) ** exponents)).astype(np.float32)
 
 
-def apply_rope(x: Array, positions: Array, theta: float) -> Array:
+def yarn_attention_factor(factor: float, mscale: Optional[float] = None,
+                          mscale_all_dim: Optional[float] = None) -> float:
+  """YaRN's default cos/sin scale, as transformers' `_compute_yarn_parameters`.
+
+  m(s, a) = 1 if s <= 1 else 0.1 · a · ln(s) + 1; the factor is
+  m(factor, mscale) / m(factor, mscale_all_dim) when both mscale and
+  mscale_all_dim are given (and non-zero), else m(factor, 1).
+  """
+  def get_mscale(scale, m=1.0):
+    if scale <= 1:
+      return 1.0
+    return 0.1 * m * math.log(scale) + 1.0
+  if mscale and mscale_all_dim:
+    return float(get_mscale(factor, mscale) /
+                 get_mscale(factor, mscale_all_dim))
+  return get_mscale(factor)
+
+
+def rope_frequencies(head_dim: int, theta: float,
+                     scaling: Optional[config_lib.RopeScaling] = None
+                     ) -> Tuple[np.ndarray, float]:
+  """RoPE inverse frequencies [Dh/2] (float32) and the cos/sin scale.
+
+  Plain RoPE: f_i = 1 / theta^(2i / Dh). With `scaling` (see
+  `config.RopeScaling` for the three rules), computed in float32 in the
+  order transformers' `ROPE_INIT_FUNCTIONS` use, so the frequencies agree
+  with its to the last bit or two.
+
+  Args:
+    head_dim: Dh (even).
+    theta: RoPE base.
+    scaling: None or a `RopeScaling`.
+
+  Returns:
+    (inv_freq [Dh/2] float32, attention_factor): cos and sin are multiplied
+    by attention_factor (1 except for yarn).
+  """
+  inv_freq = rope_inverse_frequencies(head_dim, theta)
+  if scaling is None:
+    return inv_freq, 1.0
+  f32 = np.float32
+  if scaling.rope_type == "linear":
+    return (inv_freq / f32(scaling.factor)).astype(np.float32), 1.0
+  if scaling.rope_type == "llama3":
+    factor = f32(scaling.factor)
+    low, high = scaling.low_freq_factor, scaling.high_freq_factor
+    old_context = scaling.original_max_position_embeddings
+    low_freq_wavelen = old_context / low
+    high_freq_wavelen = old_context / high
+    wavelen = (f32(2 * math.pi) / inv_freq).astype(np.float32)
+    scaled = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = ((f32(old_context) / wavelen - f32(low)) /
+              f32(high - low)).astype(np.float32)
+    smoothed = (f32(1) - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return np.where(medium, smoothed, scaled).astype(np.float32), 1.0
+  # yarn
+  dim, base, factor = head_dim, theta, scaling.factor
+  original = scaling.original_max_position_embeddings
+
+  def correction_dim(rotations):
+    return (dim * math.log(original / (rotations * 2 * math.pi))) / (
+        2 * math.log(base))
+  low = correction_dim(scaling.beta_fast)
+  high = correction_dim(scaling.beta_slow)
+  if scaling.truncate:
+    low, high = math.floor(low), math.ceil(high)
+  low, high = max(low, 0), min(high, dim - 1)
+  if low == high:
+    high += 0.001  # As transformers: avoids a division by zero.
+  pos_freqs = (f32(base) ** (np.arange(0, dim, 2, dtype=np.float32) /
+                             f32(dim))).astype(np.float32)
+  extrapolation = (f32(1) / pos_freqs).astype(np.float32)
+  interpolation = (f32(1) / (f32(factor) * pos_freqs)).astype(np.float32)
+  ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - f32(low)) /
+                 f32(high - low), 0, 1).astype(np.float32)
+  extrapolation_factor = f32(1) - ramp
+  inv_freq = (interpolation * (f32(1) - extrapolation_factor) +
+              extrapolation * extrapolation_factor)
+  return inv_freq.astype(np.float32), float(scaling.attention_factor)
+
+
+class RopeTable(NamedTuple):
+  """cos and sin of every position's RoPE angles, [B, T, 1, Dh] (act dtype).
+
+  cos = cos(p · [f, f]) · a, sin = sin(p · [f, f]) · a for positions p,
+  inverse frequencies f [Dh/2] and attention factor a (`rope_frequencies`).
+  """
+  cos: Array
+  sin: Array
+
+
+def rope_table(positions: Array, head_dim: int, theta: float,
+               scaling: Optional[config_lib.RopeScaling],
+               dtype) -> RopeTable:
+  """The `RopeTable` of positions [B, T]; angles computed in float32."""
+  inv_freq, attention_factor = rope_frequencies(head_dim, theta, scaling)
+  angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)
+  angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
+  cos, sin = jnp.cos(angles), jnp.sin(angles)
+  if attention_factor != 1.0:
+    cos, sin = cos * attention_factor, sin * attention_factor
+  return RopeTable(cos=cos.astype(dtype), sin=sin.astype(dtype))
+
+
+def apply_rope(x: Array, table: RopeTable) -> Array:
   """Rotary position embedding, Hugging Face "rotate_half" convention.
 
-  x' = x * cos(p * f) + rotate_half(x) * sin(p * f), with f = [inv_freq,
-  inv_freq] (length Dh) and rotate_half([x1, x2]) = [-x2, x1].
+  x' = x * cos + rotate_half(x) * sin, with rotate_half([x1, x2]) =
+  [-x2, x1] (x1, x2 the two halves of Dh).
 
   Args:
     x: [B, T, N, Dh] queries or keys.
-    positions: [B, T] int position ids.
-    theta: RoPE base.
+    table: the `RopeTable` of the tokens' positions ([B, T, 1, Dh]).
 
   Returns:
-    [B, T, N, Dh], same dtype as x. Angles are computed in float32.
+    [B, T, N, Dh], same dtype as x.
   """
-  inv_freq = jnp.asarray(rope_inverse_frequencies(x.shape[-1], theta))
-  angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, Dh/2]
-  angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
-  cos = jnp.cos(angles).astype(x.dtype)
-  sin = jnp.sin(angles).astype(x.dtype)
+  cos, sin = table.cos.astype(x.dtype), table.sin.astype(x.dtype)
   half = x.shape[-1] // 2
   rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
   return x * cos + rotated * sin
 
 
 class RMSNorm(nn.Module):
-  """y = x * rsqrt(mean(x^2, -1) + eps) * scale, computed in float32."""
+  """y = x * rsqrt(mean(x^2, -1) + eps) * (offset + scale), in float32.
+
+  Without an offset the normalised x is cast to the activation dtype before
+  the multiplication (Llama / Qwen); with one (Gemma) the product is taken in
+  float32 and then cast.
+  """
   eps: float
   dtype: jnp.dtype
+  offset: float = 0.0
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -153,17 +275,35 @@ class RMSNorm(nn.Module):
     x32 = x.astype(jnp.float32)
     normed = x32 * jax.lax.rsqrt(
         jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.eps)
+    if self.offset:
+      return (normed * (self.offset + scale)).astype(self.dtype)
     # HF casts back to the input dtype before multiplying by the weight.
     return normed.astype(self.dtype) * scale.astype(self.dtype)
 
 
-def attention(q: Array, k: Array, v: Array, allowed: Array) -> Array:
+def _norm(cfg, name=None):
+  return RMSNorm(cfg.rms_norm_eps, jnp.dtype(cfg.dtype),
+                 offset=cfg.rms_scale_offset, name=name)
+
+
+class LayerContext(NamedTuple):
+  """What a block of one layer type reads besides its input.
+
+  Attributes:
+    allowed: [B, T, S] bool, True where query t may attend to key slot s.
+    rope: the `RopeTable` of the tokens' positions for this layer type.
+  """
+  allowed: Array
+  rope: RopeTable
+
+
+def attention(q: Array, k: Array, v: Array, allowed: Array,
+              scale: Optional[float] = None) -> Array:
   """Masked grouped-query attention through `jax.nn.dot_product_attention`.
 
   out[b, t, n] = sum_s w[b, n, t, s] v[b, s, n // G],
   w[b, n, t, :] = softmax_s(where(allowed[b, t, s],
-                                  q[b, t, n] . k[b, s, n // G] / sqrt(Dh),
-                                  -big)),
+                                  c · q[b, t, n] . k[b, s, n // G], -big)),
 
   with G = H / KVH query heads per key/value head (Hugging Face `repeat_kv`
   order; K and V are not repeated). Scores and softmax are float32, the
@@ -179,6 +319,7 @@ def attention(q: Array, k: Array, v: Array, allowed: Array) -> Array:
     k: [B, S, KVH, Dh] keys, the dtype of q.
     v: [B, S, KVH, Dh] values, the dtype of q.
     allowed: [B, T, S] bool, True where query t may attend to key slot s.
+    scale: c; None means 1 / sqrt(Dh).
 
   Returns:
     [B, T, H, Dh], the dtype of q.
@@ -189,11 +330,11 @@ def attention(q: Array, k: Array, v: Array, allowed: Array) -> Array:
     # JAX's default is its XLA path on every backend; ask for cuDNN's fused
     # kernel where it applies, and fall back when it refuses the shapes.
     try:
-      return jax.nn.dot_product_attention(q, k, v, mask=mask,
+      return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale,
                                           implementation="cudnn")
     except (ValueError, NotImplementedError, TypeError, RuntimeError):
       pass
-  return jax.nn.dot_product_attention(q, k, v, mask=mask,
+  return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale,
                                       implementation=None)
 
 
@@ -254,14 +395,13 @@ class Attention(nn.Module):
   cfg: config_lib.ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, allowed, kv_cache, cache_index,
+  def __call__(self, x, context: LayerContext, kv_cache, cache_index,
                layer=None):
     """Attention of the new tokens over all allowed key slots.
 
     Args:
       x: [B, T, D] normalised activations.
-      positions: [B, T] RoPE position ids.
-      allowed: [B, T, S] bool, True where query t may attend to key slot s.
+      context: this layer's mask ([B, T, S]) and RoPE table.
       kv_cache: None, or (k, v) as in `write_kv`: the new keys and values
         are written at slots [cache_index, cache_index + T) and attention
         reads all S slots of the cache.
@@ -294,14 +434,20 @@ class Attention(nn.Module):
     q = projection("q", h, axes.HEADS)
     k = projection("k", kvh, axes.KV_HEADS)
     v = projection("v", kvh, axes.KV_HEADS)
-    q = _constrain(apply_rope(q, positions, cfg.rope_theta),
+    if cfg.qk_norm:  # Per head, over Dh, before RoPE.
+      q = _norm(cfg, "q_norm")(q)
+      k = _norm(cfg, "k_norm")(k)
+    q = _constrain(apply_rope(q, context.rope),
                    axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_HEADS, None)
-    k = _constrain(apply_rope(k, positions, cfg.rope_theta),
+    k = _constrain(apply_rope(k, context.rope),
                    axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_KV_HEADS, None)
     v = _constrain(v, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_KV_HEADS, None)
     if kv_cache is not None:
       k, v, kv_cache = write_kv(kv_cache, k, v, cache_index, layer)
-    out = attention(q, k.astype(dtype), v.astype(dtype), allowed)
+    scale = (None if cfg.query_pre_attn_scalar is None
+             else cfg.query_pre_attn_scalar ** -0.5)
+    out = attention(q, k.astype(dtype), v.astype(dtype), context.allowed,
+                    scale)
     out = _constrain(out, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_HEADS,
                      None)
 
@@ -314,7 +460,7 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-  """SwiGLU: down(silu(gate(x)) * up(x))."""
+  """Gated MLP: down(act(gate(x)) * up(x)), act silu (SwiGLU) or gelu_tanh."""
   cfg: config_lib.ModelConfig
 
   @nn.compact
@@ -331,46 +477,76 @@ class MLP(nn.Module):
     down = self.param("down_kernel",
                       _partitioned("down_kernel", (axes.MLP, axes.EMBED)),
                       (f, d), jnp.float32)
-    hidden = (jax.nn.silu(x @ gate.astype(dtype)) * (x @ up.astype(dtype)))
+    if cfg.mlp_activation == "gelu_tanh":
+      activation = lambda y: jax.nn.gelu(y, approximate=True)
+    else:
+      activation = jax.nn.silu
+    hidden = activation(x @ gate.astype(dtype)) * (x @ up.astype(dtype))
     hidden = _constrain(hidden, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_MLP)
     return hidden @ down.astype(dtype)
 
 
 class Block(nn.Module):
-  """Pre-norm decoder block: attention and MLP, each with a residual."""
+  """Decoder block: attention and MLP, each with a residual.
+
+  "pre": x + f(norm(x)); "sandwich" (`cfg.norm_placement`): x +
+  norm(f(norm(x))). The norm before the MLP is `post_attention_norm` in the
+  "pre" placement (Hugging Face's `post_attention_layernorm`) and
+  `pre_feedforward_norm` in the sandwich, where `post_attention_norm` and
+  `post_feedforward_norm` normalise the attention and MLP outputs.
+  """
   cfg: config_lib.ModelConfig
 
   def setup(self):
     cfg = self.cfg
-    dtype = jnp.dtype(cfg.dtype)
-    self.input_norm = RMSNorm(cfg.rms_norm_eps, dtype)
+    self.input_norm = _norm(cfg)
     self.attention = Attention(cfg)
-    self.post_attention_norm = RMSNorm(cfg.rms_norm_eps, dtype)
+    self.post_attention_norm = _norm(cfg)
+    if cfg.norm_placement == "sandwich":
+      self.pre_feedforward_norm = _norm(cfg)
+      self.post_feedforward_norm = _norm(cfg)
     self.mlp = MLP(cfg)
 
-  def __call__(self, x, positions, allowed, kv_cache, cache_index,
+  def __call__(self, x, context: LayerContext, kv_cache, cache_index,
                layer=None):
     """[B, T, D] -> ([B, T, D], updated kv_cache); arguments as `Attention`."""
     attn_out, kv_cache = self.attention(
-        self.input_norm(x), positions, allowed, kv_cache, cache_index, layer)
-    x = x + attn_out
-    x = x + self.mlp(self.post_attention_norm(x))
+        self.input_norm(x), context, kv_cache, cache_index, layer)
+    if self.cfg.norm_placement == "sandwich":
+      x = x + self.post_attention_norm(attn_out)
+      x = x + self.post_feedforward_norm(
+          self.mlp(self.pre_feedforward_norm(x)))
+    else:
+      x = x + attn_out
+      x = x + self.mlp(self.post_attention_norm(x))
     x = _constrain(x, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)
     return x, kv_cache
+
+
+def select_context(contexts: Dict[str, LayerContext], sliding) -> LayerContext:
+  """The context of a layer: `contexts["sliding"]` where `sliding` (a traced
+  bool scalar), else `contexts["full"]`; the only one when there is one."""
+  if len(contexts) == 1:
+    return next(iter(contexts.values()))
+  return jax.tree.map(lambda s, f: jnp.where(sliding, s, f),
+                      contexts["sliding"], contexts["full"])
 
 
 class ScanBlock(Block):
   """A `Block` with the `nn.scan` calling convention.
 
-  (carry, layer, *broadcast) -> (carry, None), carry = (x [B, T, D],
-  kv_cache None or stacked (k, v) [L, B, KVH, S, Dh]); `layer` is the
-  scanned int32 block index.
+  (carry, (layer, sliding), *broadcast) -> (carry, None), carry =
+  (x [B, T, D], kv_cache None or stacked (k, v) [L, B, KVH, S, Dh]); `layer`
+  is the scanned int32 block index and `sliding` the scanned bool flag of
+  its layer type, which picks its `LayerContext` from `contexts` (a dict
+  layer type -> `LayerContext`).
   """
 
-  def __call__(self, carry, layer, positions, allowed, cache_index):
+  def __call__(self, carry, scanned, contexts, cache_index):
     x, kv_cache = carry
-    x, kv_cache = super().__call__(x, positions, allowed, kv_cache,
-                                   cache_index, layer)
+    layer, sliding = scanned
+    x, kv_cache = super().__call__(x, select_context(contexts, sliding),
+                                   kv_cache, cache_index, layer)
     return (x, kv_cache), None
 
 
@@ -407,7 +583,6 @@ class Decoder(nn.Module):
 
   def setup(self):
     cfg = self.cfg
-    dtype = jnp.dtype(cfg.dtype)
     self.embedding = self.param(
         "embed", _partitioned("embed", (axes.VOCAB, axes.EMBED)),
         (cfg.vocab_size, cfg.hidden_size), jnp.float32)
@@ -416,7 +591,7 @@ class Decoder(nn.Module):
       scanned = nn.scan(
           remat_block(ScanBlock, cfg, prevent_cse=False),
           variable_axes={"params": 0}, split_rngs={"params": True},
-          in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast),
+          in_axes=(0, nn.broadcast, nn.broadcast),
           length=cfg.num_layers,
           metadata_params={nn.PARTITION_NAME: axes.LAYERS})
       self.layers = scanned(cfg)
@@ -424,7 +599,7 @@ class Decoder(nn.Module):
       block_cls = remat_block(Block, cfg, prevent_cse=True)
       self.blocks = [block_cls(cfg, name=f"layers_{i}")
                      for i in range(cfg.num_layers)]
-    self.final_norm = RMSNorm(cfg.rms_norm_eps, dtype, name="final_norm")
+    self.final_norm = _norm(cfg, name="final_norm")
     if "lm" in self.heads and not cfg.tie_word_embeddings:
       self.lm_head = self.param(
           "lm_head", _partitioned("lm_head", (axes.EMBED, axes.VOCAB)),
@@ -441,28 +616,43 @@ class Decoder(nn.Module):
   def hidden_states(self, tokens, positions, allowed, cache, cache_index):
     """Final-normed hidden states [B, T, D] and the updated cache.
 
-    `allowed` [B, T, S] says which key slots each token may attend to.
-    `cache` is None or (k, v): per-layer tuples of [B, KVH, S, Dh] arrays, or
-    with `cfg.scan_layers` stacked [L, B, KVH, S, Dh] arrays.
+    `allowed` is a dict layer type -> [B, T, S] bool mask (which key slots
+    each token may attend to in a layer of that type), with an entry for
+    every type in `cfg.attention_kinds` (`model.attention_masks`).
+    `positions` [B, T] are the RoPE position ids. `cache` is None or (k, v):
+    per-layer tuples of [B, KVH, S, Dh] arrays, or with `cfg.scan_layers`
+    stacked [L, B, KVH, S, Dh] arrays.
     """
     cfg = self.cfg
     dtype = jnp.dtype(cfg.dtype)
+    contexts = {}
+    for kind in cfg.attention_kinds:
+      theta, scaling = cfg.rope_for(kind)
+      contexts[kind] = LayerContext(
+          allowed=allowed[kind],
+          rope=rope_table(positions, cfg.head_dim, theta, scaling, dtype))
     # The table is gathered over the fsdp axis before the lookup (as every
     # other weight is at its use), so the lookup is local to each batch
     # shard instead of a gather of all B·T tokens per hidden-dim shard.
     table = _constrain(self.embedding, axes.VOCAB, None)
     x = jnp.take(table, tokens, axis=0).astype(dtype)
+    if cfg.embed_scale != 1.0:
+      # Gemma rounds sqrt(D) to the activation dtype first.
+      x = x * jnp.asarray(cfg.embed_scale, jnp.float32).astype(dtype)
     x = _constrain(x, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)
     if cfg.scan_layers:
       kv_cache = None if cache is None else tuple(cache)
+      sliding = jnp.asarray([kind == "sliding" for kind in cfg.layer_kinds])
       (x, new_cache), _ = self.layers(
-          (x, kv_cache), jnp.arange(cfg.num_layers, dtype=jnp.int32),
-          positions, allowed, cache_index)
+          (x, kv_cache),
+          (jnp.arange(cfg.num_layers, dtype=jnp.int32), sliding),
+          contexts, cache_index)
       return self.final_norm(x), new_cache
     new_cache = []
     for i, block in enumerate(self.blocks):
       layer_cache = None if cache is None else (cache[0][i], cache[1][i])
-      x, layer_new = block(x, positions, allowed, layer_cache, cache_index)
+      x, layer_new = block(x, contexts[cfg.layer_kinds[i]], layer_cache,
+                           cache_index)
       new_cache.append(layer_new)
     if cache is not None:
       new_cache = (tuple(c[0] for c in new_cache),

@@ -11,10 +11,36 @@ import pytest
 from safetensors import numpy as safetensors_numpy
 
 from rl_rewards import models
+from rl_rewards.models import config as config_lib
 from rl_rewards.models import hf
+from rl_rewards.models import transformer
 from rl_rewards.sharding import axes
 
 CFG = models.preset("test", 16)
+_GEMMA = dict(
+    architecture="gemma3_text", attention_bias=False, qk_norm=True,
+    norm_placement="sandwich", rms_scale_offset=1.0,
+    mlp_activation="gelu_tanh", embed_scale=32 ** 0.5,
+    query_pre_attn_scalar=8.0, tie_word_embeddings=True, rope_theta=1e6,
+    local_rope_theta=1e4, num_layers=3,
+    layer_types=("sliding", "full", "sliding"), sliding_window=4)
+# One config per family, as its config.json reader produces them.
+FAMILIES = {
+    "qwen2": CFG.replace(rope_scaling=config_lib.RopeScaling(
+        "yarn", 4.0, original_max_position_embeddings=64,
+        attention_factor=transformer.yarn_attention_factor(4.0))),
+    "qwen3": CFG.replace(architecture="qwen3", attention_bias=False,
+                         qk_norm=True, head_dim=16),
+    "llama": CFG.replace(architecture="llama", attention_bias=False,
+                         rope_scaling=config_lib.RopeScaling(
+                             "llama3", 8.0, low_freq_factor=1.0,
+                             high_freq_factor=4.0,
+                             original_max_position_embeddings=64)),
+    "mistral": CFG.replace(architecture="mistral", attention_bias=False,
+                           layer_types=("sliding", "sliding"),
+                           sliding_window=6),
+    "gemma3_text": CFG.replace(**_GEMMA),
+}
 
 
 @pytest.fixture(scope="module")
@@ -184,8 +210,48 @@ class TestErrors:
   def test_unsupported_rope_scaling(self):
     config = hf.config_to_hf(CFG)
     config["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 5e5}
-    with pytest.raises(ValueError, match="llama3"):
+    with pytest.raises(ValueError, match="llama3.*missing key 'factor'"):
       hf.config_from_hf(config)
+    config["rope_parameters"] = {"rope_type": "dynamic", "factor": 2.0}
+    with pytest.raises(ValueError, match=r"rope_parameters: rope type "
+                                         r"'dynamic' is not supported"):
+      hf.config_from_hf(config)
+    config["rope_parameters"] = {"rope_type": "default",
+                                 "partial_rotary_factor": 0.5}
+    with pytest.raises(ValueError, match="partial_rotary_factor=0.5"):
+      hf.config_from_hf(config)
+
+  @pytest.mark.parametrize("model_type,change,key", [
+      ("llama", {"mlp_bias": True}, "mlp_bias=true"),
+      ("llama", {"attention_bias": True}, "attention_bias=true"),
+      ("qwen3", {"attention_bias": True}, "attention_bias=true"),
+      ("mistral", {"hidden_act": "gelu"}, "hidden_act 'gelu'"),
+      ("gemma3_text", {"final_logit_softcapping": 30.0},
+       "final_logit_softcapping=30.0"),
+      ("gemma3_text", {"attn_logit_softcapping": 50.0},
+       "attn_logit_softcapping=50.0"),
+      ("gemma3_text", {"use_bidirectional_attention": True},
+       "use_bidirectional_attention=true"),
+      ("gemma3_text", {"hidden_activation": "gelu"}, "hidden_activation"),
+      ("gemma3_text", {"rope_parameters": {
+          "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+          "sliding_attention": {"rope_type": "linear", "factor": 2.0}}},
+       "rope_parameters.sliding_attention"),
+      ("gemma3_text", {"layer_types": ["full_attention"]}, "layer_types"),
+  ])
+  def test_unsupported_feature_names_the_key(self, model_type, change, key):
+    config = hf.config_to_hf(FAMILIES[model_type])
+    config.update(change)
+    with pytest.raises(ValueError, match=r"config\.json: .*" +
+                       key.replace("(", r"\(").replace(".", r"\.")):
+      hf.config_from_hf(config)
+
+  def test_save_refuses_what_the_model_type_cannot_express(self, tmp_path):
+    cfg = CFG.replace(architecture="llama", attention_bias=False,
+                      qk_norm=True)
+    with pytest.raises(ValueError, match=r"'llama' cannot express.*qk_norm"):
+      models.save_hf(str(tmp_path), cfg,
+                     models.init_params(cfg, jax.random.key(0)))
 
   def test_missing_tensor_names_file(self, tmp_path, params):
     models.save_hf(str(tmp_path), CFG, params)
@@ -212,3 +278,103 @@ class TestErrors:
       json.dump({"weight_map": {"model.norm.weight": "gone.safetensors"}}, f)
     with pytest.raises(FileNotFoundError, match="gone.safetensors"):
       models.load_hf(str(tmp_path))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_every_family_round_trips(tmp_path, family, scan_layers):
+  cfg = FAMILIES[family].replace(scan_layers=scan_layers)
+  params = models.init_params(cfg, jax.random.key(2), heads=("lm", "score"))
+  models.save_hf(str(tmp_path / "a"), cfg, params)
+  config = json.loads(_read(tmp_path / "a" / "config.json"))
+  assert config["model_type"] == family
+  assert config["architectures"] == [hf._HF_ARCHITECTURES[family]]
+  loaded_cfg, loaded = models.load_hf(str(tmp_path / "a"),
+                                      scan_layers=scan_layers)
+  assert loaded_cfg == cfg
+  jax.tree.map(np.testing.assert_array_equal, loaded, params)
+  models.save_hf(str(tmp_path / "b"), loaded_cfg, loaded)
+  for name in ("config.json", "model.safetensors"):
+    assert _read(tmp_path / "a" / name) == _read(tmp_path / "b" / name)
+  tensors = safetensors_numpy.load_file(
+      str(tmp_path / "a" / "model.safetensors"))
+  layer = "model.layers.0."
+  assert (f"{layer}self_attn.q_norm.weight" in tensors) == cfg.qk_norm
+  assert (f"{layer}pre_feedforward_layernorm.weight" in tensors) == (
+      cfg.norm_placement == "sandwich")
+  assert models.num_params(cfg, heads=("lm", "score")) == sum(
+      x.size for x in jax.tree.leaves(params))
+
+
+def test_legacy_and_new_rope_spellings_agree():
+  """Hub (rope_theta + rope_scaling, `type` or `rope_type`) == 5.x form."""
+  llama = hf.config_to_hf(FAMILIES["llama"])
+  legacy = dict(llama, rope_scaling={
+      "type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
+  del legacy["rope_parameters"]
+  new = dict(llama)
+  del new["rope_scaling"]
+  assert hf.config_from_hf(legacy) == hf.config_from_hf(new) == (
+      FAMILIES["llama"])
+  # YaRN without attention_factor: transformers' default 0.1 ln(4) + 1.
+  qwen = hf.config_to_hf(FAMILIES["qwen2"])
+  del qwen["rope_parameters"]
+  qwen["rope_scaling"] = {"type": "yarn", "factor": 4.0,
+                          "original_max_position_embeddings": 64}
+  scaling = hf.config_from_hf(qwen).rope_scaling
+  assert scaling.attention_factor == pytest.approx(1.1386294361119891)
+  # Gemma 3 hub form: sliding_window_pattern instead of layer_types.
+  gemma = hf.config_to_hf(FAMILIES["gemma3_text"])
+  for key in ("layer_types", "rope_parameters"):
+    del gemma[key]
+  gemma["sliding_window_pattern"] = 2
+  assert hf.config_from_hf(gemma) == FAMILIES["gemma3_text"]
+
+
+def test_rope_frequencies_by_hand():
+  # Dh = 8, theta = 1e4: f = [1, 0.1, 0.01, 0.001], wavelengths 2π/f =
+  # [6.28, 62.8, 628, 6283].
+  base, _ = transformer.rope_frequencies(8, 1e4)
+  np.testing.assert_allclose(base, [1, 0.1, 0.01, 0.001], rtol=1e-6)
+  linear, factor = transformer.rope_frequencies(
+      8, 1e4, config_lib.RopeScaling("linear", 4.0))
+  np.testing.assert_allclose(linear, base / 4, rtol=1e-6)
+  assert factor == 1.0
+  # llama3, original 256, low 1, high 8: wavelengths below 32 kept, above
+  # 256 divided by 8, 62.8 smoothed with s = (256/62.83 - 1) / 7 = 0.43920:
+  # (1 - s) * 0.1 / 8 + s * 0.1 = 0.050930.
+  llama3, _ = transformer.rope_frequencies(8, 1e4, config_lib.RopeScaling(
+      "llama3", 8.0, low_freq_factor=1.0, high_freq_factor=8.0,
+      original_max_position_embeddings=256))
+  np.testing.assert_allclose(llama3, [1, 0.050930, 0.01 / 8, 0.001 / 8],
+                             rtol=1e-4)
+  # yarn, factor 4, original 64, beta 32 / 1: correction dims
+  # 8 ln(64 / (2π·32)) / (2 ln 1e4) = -0.1244 -> floor 0 and
+  # 8 ln(64 / 2π) / (2 ln 1e4) = 1.0077 -> ceil 2; ramp (i - 0) / 2 over
+  # i = 0..3 = [0, 0.5, 1, 1]: f_i (1 - ramp) + f_i / 4 · ramp.
+  yarn, factor = transformer.rope_frequencies(8, 1e4, config_lib.RopeScaling(
+      "yarn", 4.0, original_max_position_embeddings=64,
+      attention_factor=1.25))
+  np.testing.assert_allclose(
+      yarn, [1, 0.05 + 0.0125, 0.0025, 0.00025], rtol=1e-5)
+  assert factor == 1.25
+  assert transformer.yarn_attention_factor(4.0) == pytest.approx(
+      0.1 * np.log(4.0) + 1)
+  # DeepSeek-style mscale terms: (0.1·1·ln 4 + 1) / (0.1·0.5·ln 4 + 1).
+  assert transformer.yarn_attention_factor(4.0, 1.0, 0.5) == pytest.approx(
+      (0.1 * np.log(4) + 1) / (0.05 * np.log(4) + 1))
+  assert transformer.yarn_attention_factor(1.0) == 1.0
+
+
+def test_qwen_sliding_windows_follow_use_sliding_window():
+  config = hf.config_to_hf(CFG)
+  config.update(sliding_window=4, max_window_layers=1)
+  assert hf.config_from_hf(config).layer_types is None  # Not switched on.
+  config["use_sliding_window"] = True
+  cfg = hf.config_from_hf(config)
+  assert cfg.layer_kinds == ("full", "sliding") and cfg.sliding_window == 4
+  config["layer_types"] = ["sliding_attention", "full_attention"]
+  cfg = hf.config_from_hf(config)
+  assert cfg.layer_kinds == ("sliding", "full")
+  assert hf.config_from_hf(hf.config_to_hf(cfg)) == cfg

@@ -281,3 +281,98 @@ class TestProgramSize:
     full, _ = _program_stats(2, scan_layers, "full")
     assert none < dots < full
     assert full - none >= 3 * (dots - none)
+
+
+# ------------------------------------------- sliding and full layers mixed --
+
+# Gemma-3-like: (1 + w) norms, sandwich, GELU, q/k norms, sliding layers
+# (window 3) around a full one, each type with its own RoPE base.
+MIXED_CFG = CFG.replace(
+    num_layers=3, layer_types=("sliding", "full", "sliding"),
+    sliding_window=3, local_rope_theta=100.0, rope_theta=1e4, qk_norm=True,
+    norm_placement="sandwich", rms_scale_offset=1.0,
+    mlp_activation="gelu_tanh", embed_scale=32 ** 0.5,
+    query_pre_attn_scalar=6.0, attention_bias=False)
+
+
+def test_attention_masks_by_hand():
+  cfg = MIXED_CFG
+  slot = jnp.arange(5)
+  valid = jnp.array([[0, 1, 1, 1, 1]], bool)
+  masks = models.attention_masks(cfg, slot, slot, valid)
+  assert sorted(masks) == ["full", "sliding"]
+  # Row t: keys s <= t, s valid; sliding also t - s < 3.
+  np.testing.assert_array_equal(np.asarray(masks["full"][0], int), [
+      [0, 0, 0, 0, 0],
+      [0, 1, 0, 0, 0],
+      [0, 1, 1, 0, 0],
+      [0, 1, 1, 1, 0],
+      [0, 1, 1, 1, 1]])
+  np.testing.assert_array_equal(np.asarray(masks["sliding"][0], int), [
+      [0, 0, 0, 0, 0],
+      [0, 1, 0, 0, 0],
+      [0, 1, 1, 0, 0],
+      [0, 1, 1, 1, 0],
+      [0, 0, 1, 1, 1]])
+  # A decode step: query slot 7 of a 9-slot cache.
+  step = models.attention_masks(cfg, jnp.array([7]), jnp.arange(9),
+                                jnp.ones((1, 9), bool))
+  np.testing.assert_array_equal(np.asarray(step["sliding"][0, 0], int),
+                                [0, 0, 0, 0, 0, 1, 1, 1, 0])
+
+
+def test_sliding_layers_see_only_the_window():
+  """Two sliding layers of window 2: output t depends on slots t-2..t."""
+  cfg = MIXED_CFG.replace(num_layers=2, layer_types=("sliding",) * 2,
+                          sliding_window=2)
+  p = models.init_params(cfg, jax.random.key(3))
+  tokens = np.array([[3, 7, 1, 12, 5, 5, 9]], np.int32)
+  base, _ = models.apply(cfg, p, tokens)
+  changed = tokens.copy()
+  changed[0, 2] = 4
+  out, _ = models.apply(cfg, p, changed)
+  diff = np.abs(np.asarray(out) - np.asarray(base)).max(axis=-1)[0]
+  assert (diff[:2] == 0).all() and (diff[2:5] > 1e-4).all()
+  assert (diff[5:] == 0).all()  # slot 2 is outside 5's and 6's receptive field
+
+
+@pytest.fixture
+def fast_compiles():
+  # Optimisation passes dominate the compile time of these tiny programs.
+  previous = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", True)
+  yield
+  jax.config.update("jax_disable_most_optimizations", previous)
+
+
+@pytest.fixture(scope="module")
+def mixed_params():
+  p = models.init_params(MIXED_CFG, jax.random.key(0), heads=HEADS)
+  rs = np.random.RandomState(2)
+  return jax.tree.map(
+      lambda x: jnp.asarray(x + 0.1 * rs.randn(*x.shape).astype(np.float32)),
+      p)
+
+
+@pytest.mark.parametrize("remat", [pytest.param("none",
+                                                marks=pytest.mark.slow),
+                                   "full"])
+def test_mixed_layers_scanned_equals_per_layer(mixed_params, remat,
+                                               fast_compiles):
+  """The scanned layer-type flag picks each layer's mask and RoPE table."""
+  del fast_compiles
+  (loss, (logits, scores)), grads = _jit_loss_and_grad(MIXED_CFG)(
+      mixed_params)
+  cfg = MIXED_CFG.replace(scan_layers=True, remat=remat)
+  stacked = models.stack_layers(MIXED_CFG, mixed_params)
+  (s_loss, (s_logits, s_scores)), s_grads = _jit_loss_and_grad(cfg)(stacked)
+  np.testing.assert_allclose(s_loss, loss, rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(s_logits)[VALID],
+                             np.asarray(logits)[VALID], atol=1e-5)
+  np.testing.assert_allclose(np.asarray(s_scores)[VALID],
+                             np.asarray(scores)[VALID], atol=1e-5)
+  _assert_trees_close(s_grads, models.stack_layers(MIXED_CFG, grads))
+  # Swapping the layer types changes the model: the flag is really read.
+  swapped = cfg.replace(layer_types=("full", "sliding", "full"))
+  other, _ = models.apply(swapped, stacked, TOKENS, attention_mask=MASK)
+  assert np.abs(np.asarray(other) - np.asarray(s_logits))[VALID].max() > 1e-3
