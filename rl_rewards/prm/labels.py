@@ -129,13 +129,17 @@ class PolicySampler:
   the same number of rows reuses one compiled sampler.
   """
 
-  def __init__(self, model_config, params, *, eos_id: int, pad_id: int,
+  def __init__(self, model_config, params, *, eos_id, pad_id: int,
                delimiter_mask, max_new_tokens: int, temperature: float = 1.0,
                top_p: float = 1.0, place: Optional[Callable] = None,
-               to_host: Optional[Callable] = None, row_multiple: int = 1):
+               to_host: Optional[Callable] = None, row_multiple: int = 1,
+               num_tokens: Optional[int] = None):
     self.model_config = model_config
     self.params = params
+    # An id or a sequence of ids that end a row (`Tokenizer.stop_ids`).
     self.eos_id = eos_id
+    # The tokenizer's vocabulary; embedding rows past it are never sampled.
+    self.num_tokens = num_tokens
     self.pad_id = pad_id
     self.delimiter_mask = np.asarray(delimiter_mask, bool)
     self.max_new_tokens = int(max_new_tokens)
@@ -176,7 +180,8 @@ class PolicySampler:
         max_new_tokens=max_new_tokens or self.max_new_tokens,
         temperature=self.temperature, top_p=self.top_p, eos_id=self.eos_id,
         pad_id=self.pad_id, delimiter_mask=self.delimiter_mask,
-        num_samples=num_samples, stop_mask=stop_mask)
+        num_samples=num_samples, stop_mask=stop_mask,
+        num_tokens=self.num_tokens)
     host = self._to_host({
         "tokens": out.tokens, "response_mask": out.response_mask,
         "step_ids": out.step_ids, "lengths": out.lengths,

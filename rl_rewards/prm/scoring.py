@@ -272,7 +272,7 @@ def make_solution_batch(task, problems, prompt_ids, response_ids, *,
       prompt_ids, response_ids, prompt_width=prompt_width,
       response_budget=response_budget, pad_id=tokenizer.pad_id)
   step_ids = np.asarray(segmentation.step_ids_from_tokens(
-      tokens, response, task.delimiter_mask(), eos_id=tokenizer.eos_id))
+      tokens, response, task.delimiter_mask(), eos_id=tokenizer.stop_ids))
   step_ids = np.where(step_ids < 0, step_ids,
                       np.minimum(step_ids, num_steps - 1)).astype(np.int32)
   texts = task.decode_responses(tokens[:, prompt_width:],

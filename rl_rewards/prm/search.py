@@ -167,7 +167,7 @@ def beam_search(policy: labels_lib.PolicySampler, scorer: Any, task,
       problem = beam_row // beam_width
       generated[problem] += len(step)
       response = parent.response + step
-      ended = bool(step) and step[-1] == task.tokenizer.eos_id
+      ended = bool(step) and step[-1] in task.tokenizer.stop_ids
       dead = (len(response) > response_budget or
               (not ended and not out["stopped"][r]))
       new.append((problem, _Beam(response, -np.inf, -np.inf,

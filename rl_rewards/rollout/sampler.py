@@ -9,7 +9,10 @@ The left-padded prompts [B, P] are prefilled once; with `num_samples = n` the
 cache is then tiled so that every prompt gets n continuations, rows ordered
 prompt-major (the n samples of a prompt are contiguous, DESIGN §4). Decoding
 runs in a `lax.while_loop` that stops as soon as every row has emitted EOS
-(or after `max_new_tokens`). To continue a partial response, put it in the
+(or after `max_new_tokens`); `eos_id` may list several ids (every
+end-of-sequence id of the checkpoint), any of which ends a row. With
+`num_tokens` below the model's vocab_size, the embedding's padding rows are
+never sampled. To continue a partial response, put it in the
 prompt: a prefix is just a longer prompt. With a `stop_mask`, a row also ends
 after emitting any token in the mask (e.g. the step delimiter): that is how
 step-level search samples one step at a time.
@@ -47,13 +50,15 @@ class SampleOutput(NamedTuple):
   """Sampled sequences, batch-first, length P + G.
 
   Attributes:
-    tokens: [N, P+G] int32, prompt then response; `pad_id` after EOS.
+    tokens: [N, P+G] int32, prompt then response; `pad_id` after EOS (any
+      of the `eos_id` ids).
     attention_mask: [N, P+G] int32, 1 on real prompt tokens and on response
       tokens (the union of the prompt mask and `response_mask`).
     response_mask: [N, P+G] int32, 1 on generated tokens up to and including
       EOS, 0 on the prompt and padding.
     logprobs: [N, P+G] float32, log pi(token) under the untempered policy for
-      generated tokens, 0 elsewhere.
+      generated tokens, 0 elsewhere (the softmax over all V rows, padding
+      rows included, as `models.token_logprobs` computes it).
     step_ids: [N, P+G] int32, index of the reasoning step of each response
       token (a step ends at each delimiter token and at the last response
       token), -1 on the prompt and padding.
@@ -76,15 +81,43 @@ class SampleOutput(NamedTuple):
 
 def top_p_logits(logits: Array, top_p: Array) -> Array:
   """Nucleus filtering: keeps the smallest set of most likely tokens whose
-  probability reaches `top_p` (the most likely token is always kept) and sets
-  the rest to -inf. logits [..., V] -> [..., V]."""
+  probability mass reaches `top_p` and sets the other logits to -inf.
+
+  With the tokens in descending order of logit, ties broken by ascending id
+  (a stable sort), token k is kept iff the mass before it is below p:
+
+    keep[order[k]] = sum_{j < k} softmax(logits)[order[j]] < top_p
+
+  so the most likely token is always kept (its mass before is 0 < p) and,
+  among equal logits, lower ids are kept first. E.g. 4 equal logits with
+  p = 0.3 keep ids 0 and 1; probabilities [.4, .3, .3] with p = 0.5 keep ids
+  0 and 1. Jittable, with one sort of the values per row: the kept count k
+  fixes the threshold t = k-th largest logit; every logit above t is kept,
+  and of the logits equal to t the k - #{logit > t} lowest ids.
+
+  Args:
+    logits: [..., V] float logits.
+    top_p: scalar nucleus mass in (0, 1] (may be traced).
+
+  Returns:
+    [..., V] logits with the tokens outside the nucleus set to -inf.
+  """
   sorted_logits = -jnp.sort(-logits, axis=-1)
-  probs = jax.nn.softmax(sorted_logits, axis=-1)
-  mass_before = jnp.cumsum(probs, axis=-1) - probs
+  probs = jax.nn.softmax(sorted_logits.astype(jnp.float32), axis=-1)
+  # Exclusive prefix sum (no `cumsum - probs` rounding).
+  cumulative = jnp.cumsum(probs, axis=-1)
+  mass_before = jnp.concatenate(
+      [jnp.zeros_like(cumulative[..., :1]), cumulative[..., :-1]], axis=-1)
   num_kept = jnp.maximum(jnp.sum(mass_before < top_p, axis=-1), 1)
   threshold = jnp.take_along_axis(sorted_logits, num_kept[..., None] - 1,
                                   axis=-1)
-  return jnp.where(logits >= threshold, logits, -jnp.inf)
+  above = logits > threshold
+  tied = logits == threshold
+  ties_kept = num_kept[..., None] - jnp.sum(above, axis=-1, keepdims=True)
+  # Rank of each tied logit among the tied ones, by ascending id (1-based).
+  tie_rank = jnp.cumsum(tied, axis=-1)
+  keep = above | (tied & (tie_rank <= ties_kept))
+  return jnp.where(keep, logits, -jnp.inf)
 
 
 # Below this many noise values ([N, G, V]) the Gumbel noise of the whole
@@ -121,13 +154,21 @@ def decode_segment_ends(max_new_tokens: int) -> Tuple[int, ...]:
   return tuple(sorted({g // 8, g // 4, g // 2, g}))
 
 
-def _choose_tokens(logits, noise, temperature, top_p, *, greedy, use_top_p):
+def _choose_tokens(logits, noise, temperature, top_p, *, greedy, use_top_p,
+                   num_tokens=None):
   """Next tokens [N] and their untempered log-probs [N] from logits [N, V].
 
   Sampling is argmax(logits / temperature + Gumbel noise) (the Gumbel-max
-  trick, as in `jax.random.categorical`), after nucleus filtering.
+  trick, as in `jax.random.categorical`), after nucleus filtering. With
+  `num_tokens` < V, ids >= num_tokens (embedding rows past the tokenizer's
+  vocabulary) get logit -inf before greedy or sampled selection, so they are
+  never chosen. The log-probs stay those of the full [V] softmax, the
+  convention of `models.token_logprobs` that the trainer recomputes.
   """
   logp = jax.nn.log_softmax(logits, axis=-1)
+  if num_tokens is not None and num_tokens < logits.shape[-1]:
+    logits = jnp.where(jnp.arange(logits.shape[-1]) < num_tokens, logits,
+                       -jnp.inf)
   if greedy:
     tokens = jnp.argmax(logits, axis=-1)
   else:
@@ -141,11 +182,12 @@ def _choose_tokens(logits, noise, temperature, top_p, *, greedy, use_top_p):
 
 @functools.partial(
     jax.jit,
-    static_argnames=("cfg", "max_new_tokens", "num_samples", "eos_id",
-                     "pad_id", "greedy", "use_top_p", "segment_ends"))
+    static_argnames=("cfg", "max_new_tokens", "num_samples", "eos_ids",
+                     "pad_id", "greedy", "use_top_p", "segment_ends",
+                     "num_tokens"))
 def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
-                delimiter_mask, stop_mask, *, cfg, max_new_tokens, num_samples, eos_id,
-                pad_id, greedy, use_top_p, segment_ends):
+                delimiter_mask, stop_mask, *, cfg, max_new_tokens, num_samples,
+                eos_ids, pad_id, greedy, use_top_p, segment_ends, num_tokens):
   batch, prompt_len = prompt_tokens.shape
   new = max_new_tokens
   prompt_valid = prompt_mask.astype(bool)
@@ -163,7 +205,8 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
   rows = batch * num_samples
   row_ids = jnp.arange(rows)
   choose = functools.partial(_choose_tokens, temperature=temperature,
-                             top_p=top_p, greedy=greedy, use_top_p=use_top_p)
+                             top_p=top_p, greedy=greedy, use_top_p=use_top_p,
+                             num_tokens=num_tokens)
   precompute = (not greedy and
                 rows * new * cfg.vocab_size <= _PRECOMPUTED_NOISE_LIMIT)
   if precompute:
@@ -186,8 +229,7 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
                                               (0, step))
     out_logp = jax.lax.dynamic_update_slice(out_logp, logp[:, None],
                                             (0, step))
-    if eos_id is not None:
-      done = done | (token == eos_id)
+    done = done | _is_eos(token, eos_ids)
     if stop_mask is not None:
       done = done | stop_mask[token]
     return token, done, out_tokens, out_logp
@@ -226,10 +268,7 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
 
   # Response tokens run up to and including the first EOS or stop token
   # (robust to pad_id == eos_id: padding only follows the end).
-  if eos_id is None:
-    is_eos = jnp.zeros(out_tokens.shape, bool)
-  else:
-    is_eos = out_tokens == eos_id
+  is_eos = _is_eos(out_tokens, eos_ids)
   is_end = is_eos
   if stop_mask is not None:
     is_end = is_end | stop_mask[out_tokens]
@@ -252,11 +291,20 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
   # The one step rule of the codebase (DESIGN §4), shared with PRM training,
   # scoring and search.
   step_ids = segmentation.step_ids_from_tokens(
-      tokens, response_mask, delimiter_mask, eos_id=eos_id)
+      tokens, response_mask, delimiter_mask, eos_id=eos_ids or None)
   return SampleOutput(tokens=tokens, attention_mask=attention_mask,
                       response_mask=response_mask, logprobs=logprobs,
                       step_ids=step_ids, lengths=lengths, truncated=~has_end,
                       stopped=has_end & ~ended_on_eos)
+
+
+def _is_eos(tokens, eos_ids):
+  """bool, shaped like `tokens`: True on any of the ids `eos_ids` (a static
+  tuple, possibly empty)."""
+  out = jnp.zeros(tokens.shape, bool)
+  for i in eos_ids:
+    out = out | (tokens == i)
+  return out
 
 
 def _concrete(x) -> Optional[np.ndarray]:
@@ -280,9 +328,9 @@ def _check_token_id(name, value, vocab_size):
 def sample(cfg: config_lib.ModelConfig, params: Any, prompt_tokens,
            prompt_mask, rng: Array, *, max_new_tokens: int,
            temperature: float = 1.0, top_p: float = 1.0,
-           eos_id: Optional[int],
-           pad_id: int, delimiter_mask=None,
-           num_samples: int = 1, stop_mask=None) -> SampleOutput:
+           eos_id, pad_id: int, delimiter_mask=None,
+           num_samples: int = 1, stop_mask=None,
+           num_tokens: Optional[int] = None) -> SampleOutput:
   """Samples continuations of left-padded prompts.
 
   Args:
@@ -294,8 +342,11 @@ def sample(cfg: config_lib.ModelConfig, params: Any, prompt_tokens,
     max_new_tokens: G, response slots.
     temperature: 0 for greedy decoding, else the softmax temperature.
     top_p: nucleus mass in (0, 1]; 1 disables the filter.
-    eos_id: ends a row (included in the response). None: rows never end
-      early (always G tokens, all marked truncated).
+    eos_id: the end-of-sequence id, or a sequence of them (e.g. every id of
+      a checkpoint's generation_config.json `eos_token_id`, see
+      `HFTokenizer.stop_ids`): any of them ends a row and is included in the
+      response. None or (): rows never end early (always G tokens, all
+      marked truncated).
     pad_id: written after EOS.
     delimiter_mask: optional bool [V], True on tokens that end a reasoning
       step (e.g. newline). None: one step per response.
@@ -304,6 +355,10 @@ def sample(cfg: config_lib.ModelConfig, params: Any, prompt_tokens,
       these tokens (kept in the response and counted in `lengths`; the row is
       `stopped`, not `truncated`). Passing `delimiter_mask` here samples one
       reasoning step per call. None: rows end on EOS only.
+    num_tokens: the tokenizer's vocabulary size when the model's embedding
+      has more rows (cfg.vocab_size, padded for efficiency): ids in
+      [num_tokens, cfg.vocab_size) are never sampled, greedy or not. None:
+      every id may be sampled.
 
   Returns:
     `SampleOutput` with [B * n, P + G] arrays. Changing temperature or top_p
@@ -344,10 +399,17 @@ def sample(cfg: config_lib.ModelConfig, params: Any, prompt_tokens,
     raise ValueError(f"temperature must be >= 0, got {temperature!r}.")
   if not 0 < float(top_p) <= 1:
     raise ValueError(f"top_p must be in (0, 1], got {top_p!r}.")
-  if eos_id is not None:
-    _check_token_id("eos_id", eos_id, cfg.vocab_size)
-    eos_id = int(eos_id)
+  eos_ids = segmentation.eos_id_tuple(eos_id)
+  for i in eos_ids:
+    _check_token_id("eos_id", i, cfg.vocab_size)
   _check_token_id("pad_id", pad_id, cfg.vocab_size)
+  if num_tokens is not None:
+    if (isinstance(num_tokens, bool) or
+        not isinstance(num_tokens, (int, np.integer)) or
+        not 1 <= num_tokens <= cfg.vocab_size):
+      raise ValueError(f"num_tokens must be an int in [1, {cfg.vocab_size}] "
+                       f"(the model's vocab_size), got {num_tokens!r}.")
+    num_tokens = None if num_tokens == cfg.vocab_size else int(num_tokens)
   if delimiter_mask is None:
     delimiter_mask = jnp.zeros((cfg.vocab_size,), bool)
   delimiter_mask = jnp.asarray(delimiter_mask)
@@ -365,6 +427,7 @@ def sample(cfg: config_lib.ModelConfig, params: Any, prompt_tokens,
       params, prompt_tokens, prompt_mask, rng,
       jnp.float32(1.0 if greedy else temperature), jnp.float32(top_p),
       delimiter_mask.astype(bool), stop_mask, cfg=cfg, max_new_tokens=int(max_new_tokens),
-      num_samples=int(num_samples), eos_id=eos_id, pad_id=int(pad_id),
+      num_samples=int(num_samples), eos_ids=eos_ids, pad_id=int(pad_id),
+      num_tokens=num_tokens,
       greedy=greedy, use_top_p=(not greedy) and float(top_p) < 1.0,
       segment_ends=decode_segment_ends(int(max_new_tokens)))

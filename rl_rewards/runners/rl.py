@@ -98,9 +98,9 @@ def rollout(ctx, params, step: int):
   out = sampler.sample(
       ctx.model_config, params, tokens, mask, ctx.rng("rollout", step),
       max_new_tokens=task.max_new_tokens, temperature=cfg.temperature,
-      top_p=cfg.top_p, eos_id=task.tokenizer.eos_id,
+      top_p=cfg.top_p, eos_id=task.tokenizer.stop_ids,
       pad_id=task.tokenizer.pad_id, delimiter_mask=task.delimiter_mask(),
-      num_samples=cfg.group_size)
+      num_samples=cfg.group_size, num_tokens=task.tokenizer.vocab_size)
   host = mesh_lib.local_rows({"tokens": out.tokens,
                               "response_mask": out.response_mask,
                               "truncated": out.truncated,

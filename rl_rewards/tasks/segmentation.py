@@ -36,10 +36,11 @@ the token rule then cuts at the end of that token, which is the convention of
 PURE (any token whose decoded text contains the delimiter ends a step).
 """
 
-from typing import Optional, Sequence
+from typing import Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 DEFAULT_DELIMITER = "\n"
 
@@ -96,16 +97,37 @@ def join_steps(steps: Sequence[str],
   return delimiter.join(steps)
 
 
+def eos_id_tuple(eos_id) -> Tuple[int, ...]:
+  """The end-of-sequence ids as a tuple: None -> (), an int -> (id,), a
+  sequence of ints -> its distinct ids in order."""
+  if eos_id is None:
+    return ()
+  if isinstance(eos_id, (int, np.integer)) and not isinstance(eos_id, bool):
+    return (int(eos_id),)
+  try:
+    ids = list(eos_id)
+  except TypeError:
+    raise ValueError(f"eos_id must be an int token id, a sequence of them or "
+                     f"None, got {eos_id!r}.") from None
+  out = []
+  for i in ids:
+    if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+      raise ValueError(f"eos_id must hold int token ids, got {eos_id!r}.")
+    if int(i) not in out:
+      out.append(int(i))
+  return tuple(out)
+
+
 def step_ends_from_tokens(tokens: jax.Array,
                           response_mask: jax.Array,
                           delimiter_mask: jax.Array,
                           *,
-                          eos_id: Optional[int]) -> jax.Array:
+                          eos_id) -> jax.Array:
   """Marks the tokens that end a step.
 
     step_end[b, t] = valid[b, t] and (is_last[b, t] or
                      (is_delim[b, t] and not (is_last[b, t+1] and
-                                              tokens[b, t+1] == eos_id)))
+                                              tokens[b, t+1] in eos_ids)))
 
   where valid = response_mask > 0, is_last marks the last valid token of a row
   and is_delim = delimiter_mask[tokens]. Jittable; `eos_id` is static.
@@ -117,8 +139,9 @@ def step_ends_from_tokens(tokens: jax.Array,
     delimiter_mask: bool [V], True for tokens that end a step (see
       `CharTokenizer.delimiter_mask`). Token ids outside [0, V) count as
       non-delimiters.
-    eos_id: the EOS token id, or None if responses never end in EOS (then a
-      trailing delimiter simply ends the final step).
+    eos_id: the EOS token id, a sequence of ids that all end a response
+      (`HFTokenizer.stop_ids`), or None if responses never end in EOS (then
+      a trailing delimiter simply ends the final step).
 
   Returns:
     bool [B, T], True on the last token of every step.
@@ -142,8 +165,12 @@ def step_ends_from_tokens(tokens: jax.Array,
                                axis=1)[:, ::-1]
   is_last = valid & (valid_from_here == 1)
   ends = valid & is_delim
-  if eos_id is not None:
-    next_is_final_eos = jnp.pad(is_last[:, 1:] & (tokens[:, 1:] == eos_id),
+  eos_ids = eos_id_tuple(eos_id)
+  if eos_ids:
+    is_eos = jnp.zeros(tokens.shape, bool)
+    for i in eos_ids:
+      is_eos = is_eos | (tokens == i)
+    next_is_final_eos = jnp.pad(is_last[:, 1:] & is_eos[:, 1:],
                                 ((0, 0), (0, 1)))
     ends = ends & ~next_is_final_eos
   return ends | is_last
@@ -153,7 +180,7 @@ def step_ids_from_tokens(tokens: jax.Array,
                          response_mask: jax.Array,
                          delimiter_mask: jax.Array,
                          *,
-                         eos_id: Optional[int]) -> jax.Array:
+                         eos_id) -> jax.Array:
   """Index of the step each response token belongs to.
 
     step_id[b, t] = sum_{t' < t} step_end[b, t']  on valid tokens, else -1.
@@ -162,7 +189,7 @@ def step_ids_from_tokens(tokens: jax.Array,
     tokens: int [B, T] token ids.
     response_mask: [B, T] response mask (see `step_ends_from_tokens`).
     delimiter_mask: bool [V] delimiter tokens.
-    eos_id: the EOS token id, or None.
+    eos_id: the EOS token id, a sequence of them, or None.
 
   Returns:
     int32 [B, T]: 0, 1, ... on response tokens, -1 on prompt and padding.
@@ -179,7 +206,7 @@ def num_steps_from_tokens(tokens: jax.Array,
                           response_mask: jax.Array,
                           delimiter_mask: jax.Array,
                           *,
-                          eos_id: Optional[int]) -> jax.Array:
+                          eos_id) -> jax.Array:
   """int32 [B]: the number of steps of every row (0 for empty rows)."""
   ends = step_ends_from_tokens(tokens, response_mask, delimiter_mask,
                                eos_id=eos_id)

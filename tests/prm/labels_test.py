@@ -106,6 +106,33 @@ def test_binary_search_edge_cases():
     labels.BinarySearch(0)
 
 
+# ------------------------------------------------------ policy sampler ---
+
+
+def test_policy_sampler_skips_padding_rows_and_stops_on_any_stop_id():
+  # A bigram decoder over 18 tokenizer ids + 2 embedding padding rows whose
+  # logits favour padding id 19, then EOS (2), then token 5.
+  vocab, tokens = 20, 18
+  config = models.preset("test", vocab)
+  table = np.full((vocab, vocab), -100.0, np.float32)
+  table[:, 19], table[:, 2], table[:, 5] = 0.0, -1.0, -2.0
+  params = fakes.bigram_params(config, table)
+  prompts, mask = np.array([[1, 7]], np.int32), np.ones((1, 2), np.int32)
+  def run(**kwargs):
+    sampler = labels.PolicySampler(config, params, pad_id=0,
+                                   delimiter_mask=np.zeros(vocab, bool),
+                                   max_new_tokens=4, temperature=0.0,
+                                   **kwargs)
+    out = sampler.sample(prompts, mask, jax.random.key(0))
+    return out["tokens"][0, 2:].tolist(), out["truncated"][0]
+  assert run(eos_id=2) == ([19, 19, 19, 19], True)
+  assert run(eos_id=2, num_tokens=tokens) == ([2, 0, 0, 0], False)
+  # Without EOS among the stop ids the row runs on token 5, a stop id.
+  table[:, 2] = -100.0
+  params = fakes.bigram_params(config, table)
+  assert run(eos_id=(3, 5), num_tokens=tokens) == ([5, 0, 0, 0], False)
+
+
 # ------------------------------------------------- hand-made solutions ---
 
 

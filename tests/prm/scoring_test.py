@@ -148,6 +148,26 @@ def test_make_solution_batch_layout(task):
            response_budget=30)
 
 
+def test_solution_step_ids_end_on_any_stop_id():
+  # "...#055\n" + a second stop id: the trailing newline's step takes it,
+  # as it would take EOS (one step per line, 4 steps).
+  task = tasks_lib.ArithTask(config_lib.base_config().task, 0)
+  tokenizer = task.tokenizer
+  tokenizer.stop_ids = (tokenizer.eos_id, tokenizer.pad_id)
+  problems = [P1]
+  prompts = labels.response_rows(*task.encode_prompts(problems))
+  text = HAND_LABELLED[0][1] + "\n"
+  batch = scoring.make_solution_batch(
+      task, problems, prompts, [tokenizer.encode(text) + [tokenizer.pad_id]],
+      prompt_width=task.max_prompt_len, response_budget=task.max_new_tokens,
+      num_steps=8)
+  ids = np.asarray(batch.step_ids)[0, task.max_prompt_len:]
+  # 3 lines of 11 tokens, then "#055", newline and the stop id.
+  np.testing.assert_array_equal(ids[:40], [0] * 11 + [1] * 11 + [2] * 11 +
+                                [3] * 6 + [-1])
+  assert batch.texts == [text]
+
+
 def test_merge_step_labels():
   assert scoring.merge_step_labels([1, 0, 1, 1], 2) == [True, False]
   assert scoring.merge_step_labels([1, 1, 0, 1], 3) == [True, True, False]

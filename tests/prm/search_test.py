@@ -112,6 +112,23 @@ def test_generated_tokens_are_counted(task):
   np.testing.assert_array_equal(result.generated_tokens, [147] * 3)
 
 
+def test_a_beam_ends_on_any_stop_id():
+  # A tokenizer with a second stop id (as generation_config.json lists
+  # several) and a policy that ends its answers with it.
+  config = config_lib.base_config().task
+  config.min_ops = config.max_ops = 3
+  task = tasks_lib.ArithTask(config, 0)
+  task.tokenizer.stop_ids = (task.tokenizer.eos_id, task.tokenizer.pad_id)
+  policy = _policy(task, 1.0)
+  policy.eos_id = task.tokenizer.pad_id
+  problems = task.problems("test", 0, 2)
+  result = _search(task, policy, scoring.OracleScorer(task), problems,
+                   beam_width=1, candidates=1)
+  assert result.texts == [arith.reference_solution(p) for p in problems]
+  np.testing.assert_array_equal(result.correct, 1.0)
+  assert result.rounds == 4
+
+
 def test_search_with_a_model_scorer(task):
   # The padded fixed-shape scoring path of a learned verifier.
   problems = task.problems("test", 0, 2)

@@ -256,6 +256,185 @@ class TestTopP:
     assert keep(1.0) == [True, True, True, True]
     assert keep(1e-9) == [True, False, False, False]
 
+  def test_ties_keep_the_smallest_set_lowest_ids_first(self):
+    keep = lambda logits, p: np.isfinite(
+        sampler.top_p_logits(jnp.asarray(logits, jnp.float32), p)).tolist()
+    # Four equal tokens: two of them reach 0.3; four would be too many.
+    assert keep([0.0, 0.0, 0.0, 0.0], 0.3) == [True, True, False, False]
+    # .4 + .3 reaches .5, the third token is not needed.
+    assert keep(np.log([0.4, 0.3, 0.3]), 0.5) == [True, True, False]
+    assert keep(np.log([0.3, 0.3, 0.4]), 0.5) == [True, False, True]
+    # Probabilities .711, .096, .096, .096 (id 1 first): the mass before
+    # ids 1, 0, 2, 3 is 0, .711, .807, .904. The most likely token is kept
+    # even when it alone exceeds p; among the tied runners-up the lower id
+    # goes first.
+    assert keep([1.0, 3.0, 1.0, 1.0], 0.9) == [True, True, True, False]
+    assert keep([1.0, 3.0, 1.0, 1.0], 0.75) == [True, True, False, False]
+    assert keep([1.0, 3.0, 1.0, 1.0], 1e-6) == [False, True, False, False]
+
+  @pytest.mark.parametrize("top_p", [0.05, 0.3, 0.5, 0.9, 0.99])
+  def test_matches_a_plain_loop_on_tied_bfloat16_logits(self, top_p):
+    rng = np.random.default_rng(int(top_p * 100))
+    # bfloat16 rounding of a few distinct levels: many exact ties.
+    logits = np.asarray(jnp.asarray(
+        rng.integers(0, 6, size=(64, 40)) * 0.7 + rng.normal(
+            size=(64, 40)) * 0.01, jnp.bfloat16).astype(jnp.float32))
+    got = np.isfinite(np.asarray(jax.jit(sampler.top_p_logits)(
+        jnp.asarray(logits), jnp.float32(top_p))))
+    checked = 0
+    for row, kept in zip(logits, got):
+      probs = np.exp(row.astype(np.float64) - row.max())
+      probs /= probs.sum()
+      order = sorted(range(len(row)), key=lambda i: (-row[i], i))
+      expected = np.zeros(len(row), bool)
+      mass, margin = 0.0, np.inf
+      for i in order:
+        margin = min(margin, abs(mass - top_p))
+        if mass >= top_p:
+          break
+        expected[i] = True
+        mass += probs[i]
+      if margin < 1e-5:
+        continue  # Float32 and float64 sums may round differently here.
+      checked += 1
+      np.testing.assert_array_equal(kept, expected)
+    assert checked > 50
+
+  @pytest.mark.parametrize("top_p", [0.1, 0.3, 0.7, 0.95])
+  def test_matches_transformers_up_to_tie_order(self, top_p):
+    """transformers' TopPLogitsWarper removes, in ascending order, the tokens
+    whose cumulative probability is <= 1 - p: the same number of tokens per
+    row. Among tied logits it may keep other ids (its sort order is not
+    specified; on 4 equal logits it keeps ids 2 and 3, this rule 0 and 1),
+    so the kept logit values are compared as multisets."""
+    torch = pytest.importorskip("torch")
+    logits_process = pytest.importorskip(
+        "transformers.generation.logits_process")
+    rng = np.random.default_rng(3)
+    logits = np.asarray(jnp.asarray(
+        rng.integers(0, 5, size=(32, 24)) * 0.9, jnp.bfloat16).astype(
+            jnp.float32))
+    ours = np.isfinite(np.asarray(sampler.top_p_logits(logits, top_p)))
+    warper = logits_process.TopPLogitsWarper(top_p)
+    theirs = np.isfinite(warper(None, torch.tensor(logits)).numpy())
+    for row, a, b in zip(logits, ours, theirs):
+      assert sorted(row[a]) == sorted(row[b])
+    # On distinct logits the kept sets are the same tokens.
+    distinct = rng.normal(size=(16, 24)).astype(np.float32)
+    np.testing.assert_array_equal(
+        np.isfinite(np.asarray(sampler.top_p_logits(distinct, top_p))),
+        np.isfinite(warper(None, torch.tensor(distinct)).numpy()))
+
+  def test_leading_batch_dimensions(self):
+    logits = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 7)),
+                         jnp.float32)
+    flat = sampler.top_p_logits(logits.reshape(6, 7), 0.6)
+    np.testing.assert_array_equal(sampler.top_p_logits(logits, 0.6),
+                                  np.asarray(flat).reshape(2, 3, 7))
+
+
+class TestStopIds:
+
+  def test_any_stop_id_ends_a_row(self, params):
+    free, _, _ = reference_greedy(params, PROMPTS, PROMPT_MASK, NEW,
+                                  eos_id=-1, pad_id=PAD)
+    response = free[:, 5:]
+    # A token of row 0 (not its first) and another token of row 1 that row 0
+    # never emits before its own stop.
+    first = int(response[0, 2])
+    end0 = int(np.argmax(response[0] == first))
+    seconds = [int(t) for t in response[1]
+               if t != first and t not in response[0, :end0 + 1]]
+    if not seconds:
+      pytest.skip("greedy outputs leave no second stop token")
+    second = seconds[0]
+    out = sampler.sample(CFG, params, PROMPTS, PROMPT_MASK,
+                         jax.random.key(0), max_new_tokens=NEW,
+                         temperature=0.0, eos_id=(first, second), pad_id=PAD)
+    for b in range(2):
+      row = response[b]
+      end = int(np.argmax(np.isin(row, [first, second])))
+      assert np.isin(row, [first, second]).any()
+      assert int(out.lengths[b]) == end + 1
+      np.testing.assert_array_equal(out.tokens[b, 5:5 + end + 1],
+                                    row[:end + 1])
+      assert (np.asarray(out.tokens[b, 5 + end + 1:]) == PAD).all()
+      np.testing.assert_array_equal(
+          out.response_mask[b], np.r_[np.zeros(5), np.ones(end + 1),
+                                      np.zeros(NEW - end - 1)])
+    assert not np.asarray(out.truncated).any()
+    assert not np.asarray(out.stopped).any()
+
+  def test_single_id_and_one_element_sequence_agree(self, params, greedy,
+                                                    eos_id):
+    out = sampler.sample(CFG, params, PROMPTS, PROMPT_MASK,
+                         jax.random.key(0), max_new_tokens=NEW,
+                         temperature=0.0, eos_id=[eos_id], pad_id=PAD)
+    for a, b in zip(out, greedy):
+      np.testing.assert_array_equal(a, b)
+
+  def test_bad_stop_ids(self, params):
+    for bad in ((2, VOCAB), ("a",), 2.0):
+      with pytest.raises(ValueError, match="eos_id"):
+        sampler.sample(CFG, params, PROMPTS, PROMPT_MASK, jax.random.key(0),
+                       max_new_tokens=NEW, temperature=0.0, eos_id=bad,
+                       pad_id=PAD)
+
+
+class TestPaddedVocab:
+  """A model with more embedding rows than the tokenizer has tokens."""
+
+  TOKENS = VOCAB - 3  # Ids 10, 11, 12 are padding rows.
+
+  def test_choose_tokens_never_picks_padding(self):
+    logits = jnp.array([[0.0, 1.0, 2.0, 9.0, 8.0]] * 3, jnp.float32)
+    noise = jax.random.gumbel(jax.random.key(0), (3, 5))
+    for greedy in (True, False):
+      tokens, logp = sampler._choose_tokens(
+          logits, noise, 1.0, 0.5, greedy=greedy, use_top_p=not greedy,
+          num_tokens=3)
+      assert (np.asarray(tokens) == 2).all()
+      # Log-probs of the full softmax (the trainer's convention).
+      np.testing.assert_allclose(
+          logp, jax.nn.log_softmax(logits[0])[2], rtol=1e-6)
+    tokens, _ = sampler._choose_tokens(logits, noise, 1.0, 1.0, greedy=True,
+                                       use_top_p=False)
+    assert (np.asarray(tokens) == 3).all()  # Without the mask: padding.
+
+  def test_padding_ids_are_never_sampled(self, params):
+    # Padding logits made large where greedy decoding would pick them.
+    free, _, _ = reference_greedy(params, PROMPTS, PROMPT_MASK, NEW,
+                                  eos_id=-1, pad_id=PAD)
+    favoured = dict(params)
+    head = np.asarray(params["lm_head"]).copy()
+    head[:, self.TOKENS:] = 3.0 * head[:, [int(free[0, 5])]]
+    favoured["lm_head"] = jnp.asarray(head)
+    kwargs = dict(max_new_tokens=NEW, eos_id=None, pad_id=PAD)
+    plain = sampler.sample(CFG, favoured, PROMPTS, PROMPT_MASK,
+                           jax.random.key(0), temperature=0.0, **kwargs)
+    assert (np.asarray(plain.tokens[:, 5:]) >= self.TOKENS).any()
+    for temperature, top_p in ((0.0, 1.0), (3.0, 1.0), (3.0, 0.9)):
+      out = sampler.sample(CFG, favoured, PROMPTS, PROMPT_MASK,
+                           jax.random.key(1), temperature=temperature,
+                           top_p=top_p, num_samples=16,
+                           num_tokens=self.TOKENS, **kwargs)
+      assert (np.asarray(out.tokens[:, 5:]) < self.TOKENS).all()
+    # Greedy equals the argmax over the tokenizer's ids.
+    logits = np.asarray(models.apply(CFG, favoured, PROMPTS,
+                                     attention_mask=PROMPT_MASK)[0])[:, -1]
+    greedy = sampler.sample(CFG, favoured, PROMPTS, PROMPT_MASK,
+                            jax.random.key(0), temperature=0.0,
+                            num_tokens=self.TOKENS, **kwargs)
+    np.testing.assert_array_equal(greedy.tokens[:, 5],
+                                  logits[:, :self.TOKENS].argmax(-1))
+
+  def test_bad_num_tokens(self, params):
+    for bad in (0, VOCAB + 1, 2.5):
+      with pytest.raises(ValueError, match="num_tokens"):
+        sampler.sample(CFG, params, PROMPTS, PROMPT_MASK, jax.random.key(0),
+                       max_new_tokens=NEW, temperature=0.0, eos_id=2,
+                       pad_id=PAD, num_tokens=bad)
+
 
 class TestErrors:
 

@@ -109,6 +109,24 @@ class StepIdsFromTokensTest(parameterized.TestCase):
                                             eos_id=None)
     np.testing.assert_array_equal(ids[0], [-1, -1, 0, 0, 1, 1, 2, -1])
 
+  def test_any_of_several_eos_ids_joins_the_last_step(self):
+    # Tokens '2' NL X with X an end-of-sequence id: a second stop id (e.g.
+    # <|im_end|> next to <|endoftext|>) must join the NL's step as EOS does.
+    two, three = TOK.encode("23")
+    tokens = np.array([[two, NL, EOS], [two, NL, three], [two, NL, PAD]])
+    mask = np.ones_like(tokens)
+    ids = segmentation.step_ids_from_tokens(tokens, mask, DELIM_MASK,
+                                            eos_id=(three, EOS))
+    np.testing.assert_array_equal(ids, [[0, 0, 0], [0, 0, 0], [0, 0, 1]])
+    ids = segmentation.step_ids_from_tokens(tokens, mask, DELIM_MASK,
+                                            eos_id=EOS)
+    np.testing.assert_array_equal(ids, [[0, 0, 0], [0, 0, 1], [0, 0, 1]])
+    self.assertEqual(segmentation.eos_id_tuple([EOS, three, EOS]),
+                     (EOS, three))
+    self.assertEqual(segmentation.eos_id_tuple(None), ())
+    with self.assertRaisesRegex(ValueError, "eos_id"):
+      segmentation.eos_id_tuple(["x"])
+
   def test_all_padding_row_and_single_token(self):
     tokens = np.array([[PAD, PAD, PAD], [PAD, EOS, PAD], [PAD, NL, PAD]])
     mask = np.array([[0, 0, 0], [0, 1, 0], [0, 1, 0]])

@@ -179,6 +179,41 @@ class HFTokenizerTest(absltest.TestCase):
     self.assertTrue(np.all(tok.delimiter_mask("\n")[
         tok.delimiter_mask("\n\n")]))
 
+  def test_stop_ids_from_generation_config(self):
+    raw = tokenizers.Tokenizer.from_file(self.path)
+    end, im_end = raw.token_to_id("<|endoftext|>"), raw.token_to_id(
+        "<|im_end|>")
+    tok = tokenizer_lib.HFTokenizer(self.path)
+    self.assertEqual(tok.stop_ids, (end,))
+    self.assertEqual(tok.end_of_turn_id, end)
+    for eos_token_id, expected in ((im_end, (end, im_end)),
+                                   ([im_end, end], (end, im_end))):
+      with open(os.path.join(self.dir, "generation_config.json"), "w") as f:
+        json.dump({"eos_token_id": eos_token_id, "pad_token_id": end}, f)
+      tok = tokenizer_lib.HFTokenizer(self.path)
+      self.assertEqual(tok.stop_ids, expected)
+    # Decoding stops at any of them.
+    ids = tok.encode("12+7=19.")
+    self.assertEqual(tok.decode(ids + [im_end] + ids), "12+7=19.")
+    with open(os.path.join(self.dir, "generation_config.json"), "w") as f:
+      json.dump({"eos_token_id": [end, 10**6]}, f)
+    with self.assertRaisesRegex(ValueError, "generation_config.json: eos_t"):
+      tokenizer_lib.HFTokenizer(self.path)
+
+  def test_delimiter_mask_padded_to_the_model_vocabulary(self):
+    tok = tokenizer_lib.HFTokenizer(self.path)
+    mask = tok.delimiter_mask("\n", tok.vocab_size + 6)
+    self.assertEqual(mask.shape, (tok.vocab_size + 6,))
+    np.testing.assert_array_equal(mask[:tok.vocab_size],
+                                  tok.delimiter_mask("\n"))
+    self.assertFalse(mask[tok.vocab_size:].any())
+    with self.assertRaisesRegex(ValueError, "smaller than"):
+      tok.delimiter_mask("\n", tok.vocab_size - 1)
+    char = tokenizer_lib.CharTokenizer()
+    mask = char.delimiter_mask("\n", 20)
+    self.assertEqual(mask.tolist(), char.delimiter_mask("\n").tolist() +
+                     [False, False])
+
   def test_chat_template_prompt(self):
     template = "<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
     tok = tokenizer_lib.HFTokenizer(self.path, prompt_template=template)
