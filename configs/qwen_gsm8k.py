@@ -8,11 +8,31 @@
 
 Inputs a user provides: a Hugging Face checkpoint directory (config.json,
 model.safetensors or sharded safetensors + index, tokenizer.json) of a Qwen2
-or Llama model, and GSM8K-format JSONL files (`question`, `answer` ending in
-"#### x"). Files are validated up front; a malformed line fails with its file
-and line number. The model is loaded straight into the mesh shardings
-(parameters fully sharded over the host's devices on the `fsdp` axis), runs in
-bfloat16 activations with float32 parameters, and the run starts with RL
+or Llama model, and GSM8K-format data (`question`, `answer` ending in
+"#### x") as .jsonl, .json (a list of objects), .parquet or a directory of
+.parquet shards. Other layouts take `task.preset` (gsm8k, math, math500,
+deepscaler, aime) and `task.fields` (dotted paths into nested rows; for
+verl-style Parquet, `--config.task.preset=deepscaler
+--config.task.fields=question=extra_info.question,answer=reward_model.ground_truth,solution=extra_info.answer`).
+Held-out sets (`eval.sets`, NAME:PATH or NAME:PRESET:PATH) are scored with
+math-verify at the end of each stage, as eval/NAME/pass@1 (mean over
+`eval.sets_samples` samples) and eval/NAME/pass@K (K = eval.pass_n):
+
+    python -m experiments.train --config=configs/qwen_gsm8k.py \\
+        --config.model.hf_path=/path/to/Qwen2.5-Math-1.5B \\
+        --config.task.train_path=/path/to/gsm8k/data/ \\
+        --config.task.eval_path=/path/to/gsm8k/test.jsonl \\
+        --config.eval.sets=math500:/path/to/math500.jsonl,aime24:aime:/path/to/aime_2024.parquet \\
+        --config.eval.sets_samples=16 --config.eval.pass_n=8 \\
+        --workdir=runs/qwen_gsm8k
+
+Every file (train, eval and each set) is checked on its first row before
+any work, and validated in full before it is prepared; a malformed row
+fails with its file and line (JSON lines) or row (Parquet).
+
+The model is loaded straight into the mesh shardings (parameters fully
+sharded over the host's devices on the `fsdp` axis), runs in bfloat16
+activations with float32 parameters, and the run starts with RL
 (outcome-reward GRPO, KL 1e-3 to the initial policy); add `sft` to
 `config.stages` to fine-tune on the reference solutions first. Steps are split
 on blank lines ("\\n\\n"), as in PRM800K/ProcessBench-style data, for the

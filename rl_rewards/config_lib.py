@@ -24,9 +24,14 @@ and a plain line every `logging.progress_every_s` seconds otherwise. The
 whole `logging` section may change when a workdir is resumed.
 """
 
+import dataclasses
+import re
+
 import ml_collections
 
 from rl_rewards import errors
+from rl_rewards.data import readers
+from rl_rewards.tasks import tokenizer as tokenizer_lib
 
 
 class ConfigError(errors.InputError):
@@ -85,13 +90,32 @@ def base_config():
       max_prompt_len=24,       # Tokens, including BOS; longer prompts fail.
       max_new_tokens=72,       # Generated tokens per response.
       max_steps=16,            # Step slots S; later steps merge into the last.
-      # Text datasets (gsm8k, math: JSONL files; reasoning_gym: by name).
+      # Text datasets (gsm8k, math: data files; reasoning_gym: by name).
+      # A path is a .jsonl, .json (a list of objects) or .parquet file, or
+      # a directory of .parquet shards (rl_rewards/data/readers.py).
       train_path="",
       eval_path="",
+      # Layout of the files: gsm8k | math | math500 | deepscaler | aime
+      # (aliases aime24, aime25; any case); "": the preset named like the
+      # task (gsm8k or math).
+      preset="",
+      # Overrides of the preset's fields, "key=path,...": keys question,
+      # answer, solution (dotted paths into nested rows, e.g.
+      # "question=extra_info.question,answer=reward_model.ground_truth";
+      # an empty path unmaps answer or solution) and answer_from (field: the
+      # answer as is | marker: after "####" | boxed: the solution's last
+      # \boxed{}). A layout without a solution (aime) cannot run SFT.
+      fields="",
       dataset="",              # reasoning-gym dataset name, e.g. chain_sum.
       train_size=10000,        # reasoning-gym examples per split.
       eval_size=500,
-      prompt_template="{question}",  # e.g. a chat template with {question}.
+      # A format string with {question}, or "chat": the checkpoint's own
+      # chat template (tokenizer_config.json / chat_template.jinja), with
+      # system_prompt ("" for none) and chat_template_kwargs, a JSON object
+      # of extra template variables, e.g. '{"enable_thinking": false}'.
+      prompt_template="{question}",
+      system_prompt="",
+      chat_template_kwargs="",
       verifier_timeout_s=5.0,  # Time limit per verifier call.
   ))
 
@@ -320,6 +344,20 @@ def base_config():
       batch_size=512,
       pass_n=8,                # pass@n with temperature sampling.
       pass_size=200,           # Problems used for pass@n.
+      # More held-out sets of a text task, each scored with math-verify at
+      # every full evaluation (the end of sft and rl):
+      # "NAME:PATH,NAME:PRESET:PATH,...". NAME ([A-Za-z0-9_]+) names the
+      # metrics eval/NAME/pass@1 (the mean over sets_samples samples of
+      # each problem) and eval/NAME/pass@K with K = pass_n (unbiased
+      # estimator 1 - C(n - c, K) / C(n, K) from n samples, c correct).
+      # PATH as task.train_path (no commas). The layout is PRESET if given,
+      # else NAME when it names a preset (math500, aime24, ...), else the
+      # task's (task.preset and task.fields). E.g.
+      # "math500:/data/math500.jsonl,aime24:/data/aime_2024.parquet".
+      sets="",
+      sets_samples=0,          # Samples per problem n (0: pass_n); >= pass_n.
+      sets_size=0,             # Problems of each set (0: all of them).
+      sets_temperature=1.0,    # Sampling temperature of the sets.
   ))
 
   c.checkpoint = ml_collections.ConfigDict(dict(
@@ -558,6 +596,116 @@ def _require(condition, key, message):
     raise ConfigError(f"config.{key}: {message}")
 
 
+# Tasks that read question/answer files (`task.train_path`, `eval_path`).
+FILE_TASKS = ("gsm8k", "math")
+_SET_NAME_RE = re.compile(r"[A-Za-z0-9_]+")
+
+
+def task_fields(task) -> readers.FieldMap:
+  """The field map of a file task's data (`task.preset` + `task.fields`).
+
+  Raises:
+    ConfigError naming task.preset or task.fields.
+  """
+  preset = task.preset or task.name
+  if readers.preset_name(preset) is None:
+    raise ConfigError(
+        f"config.task.preset: unknown preset {preset!r}; one of "
+        f"{sorted(readers.PRESETS) + sorted(readers.PRESET_ALIASES)}.")
+  try:
+    return readers.field_map(preset, task.fields)
+  except ValueError as e:
+    raise ConfigError(f"config.task.fields: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSet:
+  """One entry of `eval.sets`: a held-out file and how to read it."""
+  name: str
+  path: str
+  fields: readers.FieldMap
+
+
+def eval_sets(config) -> list[EvalSet]:
+  """Parses `eval.sets` ("NAME:PATH" or "NAME:PRESET:PATH", comma-separated).
+
+  Raises:
+    ConfigError naming eval.sets and the bad entry.
+  """
+  out = []
+  for entry in (e.strip() for e in config.eval.sets.split(",")):
+    if not entry:
+      continue
+    bad = f"config.eval.sets: bad entry {entry!r}; "
+    name, sep, rest = entry.partition(":")
+    name = name.strip()
+    if not sep or not rest.strip():
+      raise ConfigError(bad + "expected NAME:PATH or NAME:PRESET:PATH.")
+    if not _SET_NAME_RE.fullmatch(name):
+      raise ConfigError(bad + "NAME must match [A-Za-z0-9_]+.")
+    if any(s.name == name for s in out):
+      raise ConfigError(bad + f"the name {name!r} is used twice.")
+    preset, sep, path = rest.partition(":")
+    if not sep or readers.preset_name(preset) is None:
+      # NAME:PATH (a path may hold ":").
+      preset, path = "", rest
+    path = path.strip()
+    if not path:
+      raise ConfigError(bad + "the path is empty.")
+    if not preset and readers.preset_name(name) is not None:
+      preset = name
+    if preset:
+      fields = readers.PRESETS[readers.preset_name(preset)]
+    elif config.task.name not in FILE_TASKS:
+      raise ConfigError(bad + f"the {config.task.name} task reads no files: "
+                        "name the layout (NAME:PRESET:PATH).")
+    else:
+      try:
+        fields = task_fields(config.task)
+      except ConfigError as e:
+        raise ConfigError(
+            f"{bad}it takes the task's layout, which is bad: {e}") from None
+    out.append(EvalSet(name=name, path=path, fields=fields))
+  return out
+
+
+def _validate_text_data(config):
+  """The data keys of text tasks (syntax only; files: runners/tasks.py)."""
+  task = config.task
+  if task.name in FILE_TASKS:
+    fields = task_fields(task)
+    for stage in ("sft", "sft_continue"):
+      _require(stage not in stage_names(config) or
+               (stage == "sft" and config.sft.init_from) or
+               fields.has_solution, "task.fields",
+               f"the {stage} stage trains on reference solutions, but the "
+               f"layout (task.preset={task.preset or task.name!r}, "
+               f"task.fields={task.fields!r}) has none; map one with "
+               "task.fields=solution=PATH or drop the stage.")
+  else:
+    for key in ("preset", "fields"):
+      _require(not task[key], f"task.{key}",
+               f"only for file tasks ({', '.join(FILE_TASKS)}), not "
+               f"{task.name!r}.")
+  _require(not config.eval.sets.replace(",", "").strip() or
+           task.name != "arith",
+           "eval.sets", "held-out sets are for text tasks (gsm8k, math, "
+           "reasoning_gym).")
+  eval_sets(config)
+  _require(config.eval.sets_samples >= 0, "eval.sets_samples",
+           f"must be >= 0 (0: eval.pass_n), got {config.eval.sets_samples}.")
+  _require(config.eval.sets_samples == 0 or
+           config.eval.sets_samples >= config.eval.pass_n,
+           "eval.sets_samples", f"must be >= eval.pass_n "
+           f"({config.eval.pass_n}) for pass@{config.eval.pass_n}, got "
+           f"{config.eval.sets_samples}.")
+  _require(config.eval.sets_size >= 0, "eval.sets_size",
+           f"must be >= 0 (0: every problem), got {config.eval.sets_size}.")
+  _require(config.eval.sets_temperature > 0, "eval.sets_temperature",
+           f"must be > 0 (pass@k samples), got "
+           f"{config.eval.sets_temperature}.")
+
+
 def _check_keys(config, reference, prefix=""):
   for key in config.keys():
     path = f"{prefix}{key}"
@@ -692,8 +840,21 @@ def validate(config):
            "need 1 <= min_ops <= max_ops.")
   _require(task.name != "reasoning_gym" or task.dataset, "task.dataset",
            "name the reasoning-gym dataset (e.g. chain_sum).")
-  _require("{question}" in task.prompt_template, "task.prompt_template",
-           "must contain {question}.")
+  _require(task.prompt_template == "chat" or "{question}" in
+           task.prompt_template, "task.prompt_template",
+           'must contain {question}, or be "chat" (the checkpoint\'s chat '
+           "template).")
+  for key in ("system_prompt", "chat_template_kwargs"):
+    _require(task.prompt_template == "chat" or not task[key], f"task.{key}",
+             'needs prompt_template="chat".')
+  _require(task.prompt_template != "chat" or task.name != "arith",
+           "task.prompt_template",
+           '"chat" needs a checkpoint tokenizer (not the arith task).')
+  try:
+    tokenizer_lib.parse_template_kwargs(
+        task.chat_template_kwargs, key="config.task.chat_template_kwargs")
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
   _require(config.model.dtype in ("float32", "bfloat16"), "model.dtype",
            "must be float32 or bfloat16.")
   _require(task.max_prompt_len > 0, "task.max_prompt_len", "must be > 0.")
@@ -778,4 +939,5 @@ def validate(config):
   nonfinite_steps(config.debug.nonfinite_steps)
   _require(config.eval.size_per_k > 0, "eval.size_per_k", "must be > 0.")
   _require(config.eval.pass_n >= 1, "eval.pass_n", "must be >= 1.")
+  _validate_text_data(config)
   return config

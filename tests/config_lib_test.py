@@ -189,3 +189,102 @@ def test_the_longest_regime_problem_fits_its_prompt_and_response():
   task.encode_sft([longest])
   (solution,) = task.references([longest])
   assert len(solution) + 1 <= config.task.max_new_tokens  # + EOS.
+
+
+# ------------------------------------------------------ text data and sets --
+
+
+def _text_config(**values):
+  config = _config()
+  config.task.name = "math"
+  config.stages = "rl"
+  for key, value in values.items():
+    section, name = key.split(".")
+    config[section][name] = value
+  return config
+
+
+def test_eval_sets_parse_names_presets_and_paths():
+  config = _text_config(**{
+      "task.preset": "deepscaler",
+      "eval.sets": " math500:/d/m.jsonl, aime24:/d/aime.parquet,"
+                   "hard:AIME:/d/h.json, own:/d/o:1.parquet"})
+  sets = config_lib.eval_sets(config_lib.validate(config))
+  assert [(s.name, s.path) for s in sets] == [
+      ("math500", "/d/m.jsonl"), ("aime24", "/d/aime.parquet"),
+      ("hard", "/d/h.json"), ("own", "/d/o:1.parquet")]
+  presets = config_lib.readers.PRESETS
+  # A preset by NAME, by alias, explicitly, and else the task's layout.
+  assert [s.fields for s in sets] == [
+      presets["math500"], presets["aime"], presets["aime"],
+      presets["deepscaler"]]
+  assert config_lib.eval_sets(_text_config()) == []
+
+
+@pytest.mark.parametrize("sets, message", [
+    ("math500", r"bad entry 'math500'; expected NAME:PATH"),
+    ("math500:", r"bad entry 'math500:'; expected NAME:PATH"),
+    ("math-500:/d/m.jsonl", r"bad entry 'math-500:/d/m.jsonl'; NAME must "
+     r"match \[A-Za-z0-9_\]\+"),
+    (":/d/m.jsonl", r"bad entry ':/d/m.jsonl'; NAME must match"),
+    ("m:/x.jsonl", None),
+    ("a:/x.jsonl,a:/y.jsonl", r"bad entry 'a:/y.jsonl'; the name 'a' is "
+     "used twice"),
+    ("a:math500:", r"bad entry 'a:math500:'; the path is empty"),
+])
+def test_bad_eval_sets_name_the_key_and_entry(sets, message):
+  if message is None:  # The good entry of the cases around it.
+    config_lib.validate(_text_config(**{"eval.sets": sets}))
+    return
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"config\.eval\.sets: " + message):
+    config_lib.validate(_text_config(**{"eval.sets": sets}))
+
+
+def test_eval_sets_of_the_task_layout_report_a_bad_layout():
+  with pytest.raises(config_lib.ConfigError, match=r"config\.eval\.sets: bad "
+                     r"entry 'x:/d'; it takes the task's layout, which is bad:"
+                     r" config\.task\.preset: unknown preset 'nope'"):
+    config_lib.eval_sets(_text_config(**{"eval.sets": "x:/d",
+                                         "task.preset": "nope"}))
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"task.preset": "gsm9k"}, r"config\.task\.preset: unknown preset"),
+    ({"task.fields": "question"}, r"config\.task\.fields: bad entry"),
+    ({"task.fields": "answer_from=field"},
+     r"config\.task\.fields: answer: answer_from=field needs the path"),
+    ({"task.name": "arith", "task.preset": "math"},
+     r"config\.task\.preset: only for file tasks"),
+    ({"task.name": "arith", "eval.sets": "m:/x.jsonl"},
+     r"config\.eval\.sets: held-out sets are for text tasks"),
+    ({"task.name": "reasoning_gym", "task.dataset": "chain_sum",
+      "eval.sets": "m:/x.jsonl"}, r"config\.eval\.sets: bad entry "
+     r"'m:/x\.jsonl'; the reasoning_gym task reads no files: name the layout"
+     r" \(NAME:PRESET:PATH\)"),
+    ({"eval.sets_samples": 4, "eval.pass_n": 8},
+     r"config\.eval\.sets_samples: must be >= eval\.pass_n \(8\)"),
+    ({"eval.sets_samples": -1}, r"config\.eval\.sets_samples: must be >= 0"),
+    ({"eval.sets_size": -1}, r"config\.eval\.sets_size"),
+    ({"eval.sets_temperature": 0.0}, r"config\.eval\.sets_temperature"),
+])
+def test_bad_text_data_keys(values, message):
+  with pytest.raises(config_lib.ConfigError, match=message):
+    config_lib.validate(_text_config(**values))
+
+
+def test_sft_needs_a_layout_with_solutions():
+  config = _text_config(**{"task.preset": "aime"})
+  config_lib.validate(config)  # RL and evaluation need no solution.
+  for stages in ("sft,rl", "rl,sft_continue"):
+    config.stages = stages
+    with pytest.raises(config_lib.ConfigError, match=r"config\.task\.fields: "
+                       r"the sft(_continue)? stage trains on reference "
+                       r"solutions, but the layout \(task\.preset='aime'"):
+      config_lib.validate(config)
+  config.stages = "sft,rl"
+  config.sft.init_from = "/runs/finished_sft"  # No SFT training here.
+  config_lib.validate(config)
+  config.sft.init_from = ""
+  config.task.fields = "solution=Solution"
+  config_lib.validate(config)

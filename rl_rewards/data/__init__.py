@@ -1,1 +1,2 @@
-"""Data: tfds builders (array_record, no TensorFlow) and grain pipelines."""
+"""Data: file readers (JSONL, JSON, Parquet), tfds builders (array_record,
+no TensorFlow) and grain pipelines."""

@@ -7,12 +7,14 @@ Four builders prepare datasets with the shared record layout
 (plus `num_ops` for the arithmetic task and `metadata`, a JSON string, for
 reasoning-gym):
 
-* `Gsm8kJsonl` and `MathJsonl`: JSONL files given per split;
+* `TextFiles`: question/answer files given per split, in any format and
+  layout of `rl_rewards.data.readers` (JSONL, JSON, Parquet, Parquet shards;
+  a `FieldMap` or preset such as gsm8k or math);
 * `ArithProblems`: n problems per split of the embedded arithmetic task;
   record i of split s is `arith.make_problem(task, i, s)`;
 * `ReasoningGymTask`: any reasoning-gym dataset by name.
 
-Use the functions at the bottom (`gsm8k_jsonl`, `math_jsonl`,
+Use the functions at the bottom (`text_files`, `gsm8k_jsonl`, `math_jsonl`,
 `arith_problems`, `reasoning_gym_task`): they name the builder config after a
 fingerprint of its content (file bytes, generator parameters), so a changed
 input is prepared anew instead of silently reusing stale records, and return
@@ -30,7 +32,9 @@ from typing import Mapping
 import numpy as np
 import tensorflow_datasets as tfds
 
-from rl_rewards.data import jsonl
+from absl import logging
+
+from rl_rewards.data import readers
 from rl_rewards.tasks import arith
 from rl_rewards.tasks import reasoning_gym_tasks
 
@@ -83,41 +87,42 @@ class _Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   def _records(self, split):
     raise NotImplementedError
 
+  # tfds words these for datasets fetched from the web; ours are local files
+  # or generated.
+  def _log_download_bytes(self):
+    logging.info("Preparing %s (%s) in %s ...", self.name,
+                 self.builder_config.name, self.data_dir)
+
+  def _log_download_done(self):
+    logging.info("Prepared %s (%s) in %s; later runs reuse it.", self.name,
+                 self.builder_config.name, self.data_dir)
+
   def _generate_examples(self, split):
     for record in self._records(split):
       yield record["index"], record
 
 
 @dataclasses.dataclass
-class JsonlConfig(tfds.core.BuilderConfig):
-  """A JSONL dataset: one file per split."""
+class TextFilesConfig(tfds.core.BuilderConfig):
+  """Question/answer files, one per split, and where their fields are."""
   split_files: dict = dataclasses.field(default_factory=dict)
+  fields: dict = dataclasses.field(default_factory=dict)  # A FieldMap.
 
   @property
   def splits(self):
     return list(self.split_files)
 
 
-class Gsm8kJsonl(_Builder):
-  """GSM8K-format JSONL files (`question`, `answer` with "#### x")."""
+class TextFiles(_Builder):
+  """Question/answer files (`readers.read_records` with a FieldMap)."""
 
   def _info(self):
     return self.dataset_info_from_configs(features=_text_features(),
                                           disable_shuffling=True)
 
   def _records(self, split):
-    return jsonl.read_gsm8k_jsonl(self.builder_config.split_files[split])
-
-
-class MathJsonl(_Builder):
-  """MATH-format JSONL files (`problem`, `solution` with \\boxed{x})."""
-
-  def _info(self):
-    return self.dataset_info_from_configs(features=_text_features(),
-                                          disable_shuffling=True)
-
-  def _records(self, split):
-    return jsonl.read_math_jsonl(self.builder_config.split_files[split])
+    return readers.read_records(self.builder_config.split_files[split],
+                                readers.FieldMap(**self.builder_config.fields))
 
 
 @dataclasses.dataclass
@@ -208,30 +213,35 @@ def data_source(builder, split: str):
   return builder.as_data_source(split=split)
 
 
-def _jsonl_builder(builder_cls, split_files, data_dir, name_prefix, reader):
-  _check_splits(split_files, builder_cls.__name__)
+def text_files(split_files: Mapping[str, str], data_dir: str,
+               fields: readers.FieldMap):
+  """A prepared `TextFiles` builder for {split: path} read with `fields`.
+
+  Every file is read and checked before anything is written; the builder is
+  named after a digest of the files' bytes and the field map, so a changed
+  file or mapping is prepared anew.
+  """
+  _check_splits(split_files, "TextFiles")
   split_files = {split: str(path) for split, path in split_files.items()}
-  contents = []
+  contents = [dataclasses.asdict(fields)]
   for split, path in sorted(split_files.items()):
-    reader(path)  # Validate before anything is written.
-    with open(path, "rb") as f:
-      contents.append(split.encode() + b"\0" + f.read())
-  config = JsonlConfig(name=f"{name_prefix}-{_fingerprint(*contents)}",
-                       split_files=split_files)
-  return prepare(builder_cls(config=config, data_dir=data_dir,
-                             file_format=FILE_FORMAT))
+    readers.read_records(path, fields)  # Validate before anything is written.
+    contents.append(split.encode() + b"\0" + readers.fingerprint(path))
+  config = TextFilesConfig(name=f"files-{_fingerprint(*contents)}",
+                           split_files=split_files,
+                           fields=dataclasses.asdict(fields))
+  return prepare(TextFiles(config=config, data_dir=data_dir,
+                           file_format=FILE_FORMAT))
 
 
 def gsm8k_jsonl(split_files: Mapping[str, str], data_dir: str):
-  """A prepared `Gsm8kJsonl` builder for {split: path}."""
-  return _jsonl_builder(Gsm8kJsonl, split_files, data_dir, "files",
-                        jsonl.read_gsm8k_jsonl)
+  """A prepared `TextFiles` builder of GSM8K-layout files for {split: path}."""
+  return text_files(split_files, data_dir, readers.PRESETS["gsm8k"])
 
 
 def math_jsonl(split_files: Mapping[str, str], data_dir: str):
-  """A prepared `MathJsonl` builder for {split: path}."""
-  return _jsonl_builder(MathJsonl, split_files, data_dir, "files",
-                        jsonl.read_math_jsonl)
+  """A prepared `TextFiles` builder of MATH-layout files for {split: path}."""
+  return text_files(split_files, data_dir, readers.PRESETS["math"])
 
 
 def arith_problems(task: arith.ArithConfig, split_sizes: Mapping[str, int],

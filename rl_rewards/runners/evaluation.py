@@ -3,7 +3,10 @@
 Greedy decoding runs in fixed-size batches (the last one padded by repeating
 problems, whose results are dropped) so the sampler compiles once per shape.
 pass@n samples n responses per problem at temperature 1 in batches of the RL
-rollout shape, which the RL stage compiles anyway.
+rollout shape, which the RL stage compiles anyway. The extra held-out sets
+of `config.eval.sets` (MATH-500, AIME, ...) are sampled the same way,
+`eval.sets_samples` responses a problem, scored with math-verify, and
+reported as `eval/NAME/pass@1` and `eval/NAME/pass@K` (K = eval.pass_n).
 
 With several processes, each one encodes, decodes and scores only its own
 rows of every batch (`mesh.process_rows`); metrics are ratios of sums and
@@ -54,8 +57,9 @@ def generate(ctx, params, problems, *, batch_size, rng, temperature,
         ctx.model_config, params, tokens, mask,
         _fold(rng, i), max_new_tokens=task.max_new_tokens,
         temperature=temperature, top_p=top_p,
-        eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id,
-        delimiter_mask=task.delimiter_mask(), num_samples=n)
+        eos_id=task.tokenizer.stop_ids, pad_id=task.tokenizer.pad_id,
+        delimiter_mask=task.delimiter_mask(), num_samples=n,
+        num_tokens=task.tokenizer.vocab_size)
     host = mesh_lib.local_rows(
         {"tokens": out.tokens, "response_mask": out.response_mask,
          "lengths": out.lengths, "truncated": out.truncated}, ctx.mesh)
@@ -140,8 +144,86 @@ def pass_at_n(ctx, params, problems, *, n, prompts_per_batch, rng):
           f"eval/mean@{n}": total["reward"] / (count * n)}
 
 
+def pass_at_k(num_correct, num_samples: int, k: int) -> np.ndarray:
+  """Unbiased pass@k of each problem from n samples with c correct.
+
+  pass@k = 1 - C(n - c, k) / C(n, k), the probability that k of the n
+  samples drawn without replacement hold a correct one (Chen et al., 2021),
+  computed as 1 - prod_{i = n - c + 1}^{n} (1 - k / i); 1 when n - c < k.
+  With k = n it is 1[c > 0]; with k = 1 it is c / n.
+
+  Args:
+    num_correct: [N] correct samples c of each problem.
+    num_samples: n, the samples of every problem.
+    k: the k of pass@k, 1 <= k <= n.
+
+  Returns:
+    [N] float64.
+  """
+  if not 1 <= k <= num_samples:
+    raise ValueError(f"pass@k needs 1 <= k <= n, got k={k}, n={num_samples}.")
+  num_correct = np.asarray(num_correct, np.int64)
+  out = np.ones(num_correct.shape, np.float64)
+  for i, c in enumerate(num_correct):
+    if num_samples - c >= k:
+      out[i] = 1.0 - np.prod(
+          1.0 - k / np.arange(num_samples - c + 1, num_samples + 1))
+  return out
+
+
+def eval_set_metrics(ctx, params, problems, *, name, n, k, prompts_per_batch,
+                     temperature, rng):
+  """pass@1 and pass@k of one held-out set, n samples a problem.
+
+  pass@1 = (1/N) Σ_i c_i / n and pass@k = (1/N) Σ_i pass_at_k(c_i, n, k)
+  over the N problems (c_i of the n samples of problem i correct, scored
+  with math-verify); a problem's n samples are on one process, and the sums
+  are added up over processes.
+
+  Returns:
+    {eval/NAME/pass@1, eval/NAME/pass@K, eval/NAME/mean_length,
+     eval/NAME/truncated}.
+  """
+  out = generate(ctx, params, problems, batch_size=prompts_per_batch,
+                 rng=rng, temperature=temperature, num_samples=n,
+                 progress_desc=f"eval {name}")
+  scored = ctx.task.score(out["problems"], out["texts"], out["finished"],
+                          verifier=ctx.task.EVAL_SET_VERIFIER)
+  correct = scored.rewards.reshape(-1, n).sum(axis=1).round().astype(np.int64)
+  total = mesh_lib.process_sums({
+      "problems": correct.size,
+      "pass1": np.sum(correct / n, dtype=np.float64),
+      "passk": np.sum(pass_at_k(correct, n, k), dtype=np.float64),
+      "length": np.sum(out["lengths"], dtype=np.float64),
+      "finished": np.sum(out["finished"])})
+  count = max(total["problems"], 1)
+  prefix = f"eval/{name}/"
+  return {prefix + "pass@1": total["pass1"] / count,
+          prefix + f"pass@{k}": total["passk"] / count,
+          prefix + "mean_length": total["length"] / (count * n),
+          prefix + "truncated": 1.0 - total["finished"] / (count * n)}
+
+
+def evaluate_sets(ctx, params, *, rng):
+  """Every held-out set of `config.eval.sets` (see `eval_set_metrics`)."""
+  eval_config = ctx.config.eval
+  k = eval_config.pass_n
+  n = eval_config.sets_samples or k
+  result = {}
+  for i, name in enumerate(getattr(ctx.task, "eval_set_names", ())):
+    problems = ctx.task.eval_set_problems(name, eval_config.sets_size)
+    result.update(eval_set_metrics(
+        ctx, params, problems, name=name, n=n, k=k,
+        prompts_per_batch=ctx.config.rl.prompts_per_step,
+        temperature=eval_config.sets_temperature, rng=_fold(rng, 20_000 + i)))
+  return result
+
+
 def evaluate(ctx, params, *, rng, with_pass_n=True):
-  """The full held-out evaluation of DESIGN §6 (greedy per k, pass@n)."""
+  """The full held-out evaluation of DESIGN §6 (greedy per k, pass@n).
+
+  With `with_pass_n`, also the held-out sets of `config.eval.sets`.
+  """
   eval_config = ctx.config.eval
   problems = ctx.task.problems_per_k("eval", eval_config.size_per_k)
   result = greedy_accuracy(ctx, params, problems,
@@ -155,4 +237,6 @@ def evaluate(ctx, params, *, rng, with_pass_n=True):
     result.update(pass_at_n(ctx, params, subset, n=eval_config.pass_n,
                             prompts_per_batch=ctx.config.rl.prompts_per_step,
                             rng=rng_pass))
+  if with_pass_n:
+    result.update(evaluate_sets(ctx, params, rng=rng))
   return result

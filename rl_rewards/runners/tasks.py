@@ -12,8 +12,11 @@ import os
 from absl import logging
 import numpy as np
 
+from rl_rewards import config_lib
+from rl_rewards import errors
 from rl_rewards.data import builders
 from rl_rewards.data import pipeline as data_pipeline
+from rl_rewards.data import readers
 from rl_rewards.tasks import arith
 from rl_rewards.tasks import reasoning_gym_tasks
 from rl_rewards.tasks import segmentation
@@ -38,6 +41,13 @@ class Scored:
 class _PromptEncoding:
   """Prompt/SFT encoding shared by the tasks (the sampler's layout)."""
 
+  # The model's embedding rows (set by the pipeline once the model is known);
+  # token masks are padded to it when it exceeds the tokenizer's vocabulary.
+  model_vocab_size = None
+
+  # Names of the extra held-out sets (`config.eval.sets`).
+  eval_set_names = ()
+
   def prompts(self, problems) -> list[str]:
     return [p.question for p in problems]
 
@@ -52,7 +62,8 @@ class _PromptEncoding:
         max_len=self.max_prompt_len + self.max_new_tokens)
 
   def delimiter_mask(self) -> np.ndarray:
-    return self.tokenizer.delimiter_mask(self.delimiter)
+    return self.tokenizer.delimiter_mask(self.delimiter,
+                                         self.model_vocab_size)
 
   def split_steps(self, text: str) -> list[str]:
     return segmentation.split_steps(text, self.delimiter)
@@ -137,22 +148,29 @@ _TROUBLE = ("timeouts", "errors", "crashes", "wrong_type", "oversize")
 
 
 class TextTask(_PromptEncoding):
-  """A question/answer dataset: GSM8K or MATH JSONL files, or reasoning-gym.
+  """A question/answer dataset: GSM8K/MATH-style data files, or reasoning-gym.
 
-  Records come from tfds builders prepared as array_record in
-  `<workdir>/data` (no TensorFlow); the train split is visited in a
-  permutation reshuffled every epoch (seeded), so the problems of any index
-  are a pure function of (seed, index). Outcome rewards come from the
-  verifier of the dataset kind (GSM8K numeric match, math-verify in a process
-  pool, reasoning-gym's own scorer), each call with a time and size limit.
-  These datasets have no ground-truth step labels.
+  Files are read by `rl_rewards.data.readers` (JSONL, JSON, Parquet or a
+  directory of Parquet shards) with the field map of `task.preset` and
+  `task.fields`; every file, the held-out sets of `eval.sets` included, is
+  checked on its first row before any is prepared. Records come from tfds
+  builders prepared as array_record in `<workdir>/data` (no TensorFlow); the
+  train split is visited in a permutation reshuffled every epoch (seeded),
+  so the problems of any index are a pure function of (seed, index).
+  Outcome rewards come from the verifier of the dataset kind (GSM8K numeric
+  match, math-verify in a process pool, reasoning-gym's own scorer; the
+  held-out sets always use math-verify), each call with a time and size
+  limit. These datasets have no ground-truth step labels.
   """
 
   has_step_labels = False
   _VERIFIER = {"gsm8k": "gsm8k", "math": "math",
                "reasoning_gym": "reasoning_gym"}
+  # The verifier of the `eval.sets` problems.
+  EVAL_SET_VERIFIER = "math"
 
-  def __init__(self, task_config, seed: int, tokenizer, data_dir: str):
+  def __init__(self, task_config, seed: int, tokenizer, data_dir: str,
+               eval_sets=()):
     self.kind = task_config.name
     # What the verifier did: the last batch, and all batches so far.
     self.last_verifier_stats = verifiers.VerifierStats()
@@ -163,6 +181,25 @@ class TextTask(_PromptEncoding):
     self.max_prompt_len = task_config.max_prompt_len
     self.max_new_tokens = task_config.max_new_tokens
     self.verifier_timeout_s = task_config.verifier_timeout_s
+    # Reasoning-gym entries have no solution; SFT trains on the answer.
+    self.has_references = True
+    files = []  # (config key, path, field map) of every data file.
+    if self.kind != "reasoning_gym":
+      fields = config_lib.task_fields(task_config)
+      self.has_references = fields.has_solution
+      for key in ("train_path", "eval_path"):
+        if not task_config[key]:
+          raise config_lib.ConfigError(
+              f"config.task.{key}: the {self.kind} task needs a data file.")
+        files.append((f"task.{key}", task_config[key], fields))
+    files.extend((f"eval.sets ({s.name})", s.path, s.fields)
+                 for s in eval_sets)
+    for key, path, fields in files:
+      # Before any file is prepared: each exists and its first row maps.
+      try:
+        readers.check_first_record(path, fields)
+      except errors.InputError as e:
+        raise config_lib.ConfigError(f"config.{key}: {e}") from None
     if self.kind == "reasoning_gym":
       builder = builders.reasoning_gym_task(
           task_config.dataset, {"train": task_config.train_size,
@@ -172,27 +209,36 @@ class TextTask(_PromptEncoding):
                   for split, size in (("train", task_config.train_size),
                                       ("eval", task_config.eval_size))}
     else:
-      for key in ("train_path", "eval_path"):
-        if not task_config[key]:
-          raise ValueError(f"config.task.{key}: the {self.kind} task needs a "
-                           "JSONL file.")
-      reader = {"gsm8k": builders.gsm8k_jsonl,
-                "math": builders.math_jsonl}[self.kind]
-      builder = reader({"train": task_config.train_path,
-                        "eval": task_config.eval_path}, data_dir)
+      builder = _text_files(
+          "task.train_path/eval_path", {"train": task_config.train_path,
+                                        "eval": task_config.eval_path},
+          data_dir, files[0][2])
       self._rg = None
     self._sources = {split: builders.data_source(builder, split)
                      for split in ("train", "eval")}
+    for eval_set in eval_sets:
+      self._sources["set_" + eval_set.name] = builders.data_source(
+          _text_files(f"eval.sets ({eval_set.name})", {"eval": eval_set.path},
+                      data_dir, eval_set.fields), "eval")
+    self.eval_set_names = tuple(s.name for s in eval_sets)
 
   def _record(self, split, index):
     record = self._sources[split][index]
-    entry = self._rg[split][index] if self._rg else None
+    rg_split = self._rg.get(split) if self._rg else None
+    entry = rg_split[index] if rg_split is not None else None
     text = data_pipeline.as_text
+    solution = text(record["solution"])
+    if rg_split is not None:
+      solution = solution or text(record["answer"])
     return TextProblem(question=text(record["question"]),
-                       answer=text(record["answer"]),
-                       solution=text(record["solution"]) or text(
-                           record["answer"]),
+                       answer=text(record["answer"]), solution=solution,
                        index=int(index), entry=entry)
+
+  def eval_set_problems(self, name: str, size: int = 0):
+    """The first `size` problems of held-out set `name` (0: all, in order)."""
+    source = self._sources["set_" + name]
+    count = len(source) if size <= 0 else min(size, len(source))
+    return [self._record("set_" + name, i) for i in range(count)]
 
   def problems(self, split: str, start: int, count: int):
     """Problems start..start+count-1 of a split (train: epoch-shuffled)."""
@@ -220,14 +266,26 @@ class TextTask(_PromptEncoding):
     return None
 
   def references(self, problems):
+    if not self.has_references:
+      raise config_lib.ConfigError(
+          "config.task.fields: the data has no reference solutions (map one "
+          "with task.fields=solution=PATH); SFT needs them.")
     return [p.solution for p in problems]
 
   def decode_responses(self, tokens, response_mask):
     return [self.tokenizer.decode(row[mask.astype(bool)], errors="replace")
             for row, mask in zip(tokens, response_mask)]
 
-  def score(self, problems, texts, finished) -> Scored:
-    kind = self._VERIFIER[self.kind]
+  def score(self, problems, texts, finished, *, verifier=None) -> Scored:
+    """Outcome rewards of decoded responses.
+
+    Args:
+      problems: the problem of each response.
+      texts: N response texts.
+      finished: N bools; an unfinished (truncated) response scores 0.
+      verifier: the verifier kind; None: the task's own.
+    """
+    kind = verifier or self._VERIFIER[self.kind]
     predictions = [t if done else None for t, done in zip(texts, finished)]
     if kind == "reasoning_gym":
       # The answer is the last non-empty line of the response.
@@ -260,9 +318,29 @@ class TextTask(_PromptEncoding):
                   step_labels=[[] for _ in range(n)])
 
 
-def make_task(task_config, seed: int, *, tokenizer=None, workdir: str = ""):
-  """Builds the task named by `config.task.name`."""
+def _text_files(key, split_files, data_dir, fields):
+  """`builders.text_files`, its data errors prefixed with the config key."""
+  try:
+    return builders.text_files(split_files, data_dir, fields)
+  except errors.InputError as e:
+    raise config_lib.ConfigError(f"config.{key}: {e}") from None
+
+
+def make_task(task_config, seed: int, *, tokenizer=None, workdir: str = "",
+              eval_sets=()):
+  """Builds the task named by `config.task.name`.
+
+  Args:
+    task_config: the `task` section.
+    seed: the run's seed.
+    tokenizer: the HF tokenizer of a text task.
+    workdir: data is prepared under `<workdir>/data`.
+    eval_sets: the held-out sets, `config_lib.eval_sets(config)`.
+  """
   if task_config.name == "arith":
+    if eval_sets:
+      raise config_lib.ConfigError(
+          "config.eval.sets: held-out sets are for text tasks.")
     return ArithTask(task_config, seed)
   if task_config.name in ("gsm8k", "math", "reasoning_gym"):
     if tokenizer is None:
@@ -271,5 +349,5 @@ def make_task(task_config, seed: int, *, tokenizer=None, workdir: str = ""):
           "config.model.hf_path (with tokenizer.json) or "
           "config.model.tokenizer_path.")
     return TextTask(task_config, seed, tokenizer,
-                    os.path.join(workdir, "data"))
+                    os.path.join(workdir, "data"), eval_sets=eval_sets)
   raise ValueError(f"config.task.name: unknown task {task_config.name!r}.")

@@ -1,14 +1,18 @@
-"""The real-model path: a HF Qwen2 checkpoint + tokenizer.json + GSM8K JSONL.
+"""The real-model path: a HF Qwen2 checkpoint + tokenizer.json + GSM8K data.
 
 No hub is reachable, so the test makes a tiny random Qwen2 checkpoint with
 `save_hf`, a word-level `tokenizer.json` with the `tokenizers` library, and a
-few GSM8K-format lines, then runs `configs/qwen_gsm8k.py:smoke` end to end.
+few GSM8K-format rows (train: two Parquet shards; eval: JSONL) plus two
+held-out sets (MATH-500 JSONL, AIME Parquet), then runs
+`configs/qwen_gsm8k.py:smoke` end to end.
 """
 
 import json
 import os
 
 import jax
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 from tokenizers import models as tok_models
@@ -33,9 +37,20 @@ _LINES = [
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
   root = tmp_path_factory.mktemp("real")
-  train, evalf = root / "train.jsonl", root / "test.jsonl"
-  train.write_text("\n".join(json.dumps(l) for l in _LINES[:8]) + "\n")
+  train, evalf = root / "train", root / "test.jsonl"
+  train.mkdir()
+  for shard, lines in enumerate((_LINES[:5], _LINES[5:8])):
+    pq.write_table(pa.Table.from_pylist(lines),
+                   str(train / f"train-{shard:05d}-of-00002.parquet"))
   evalf.write_text("\n".join(json.dumps(l) for l in _LINES[8:]) + "\n")
+  math500 = root / "math500.jsonl"
+  math500.write_text("".join(json.dumps(
+      {"problem": f"What is {a} + {b}?", "solution": f"\\boxed{{{a + b}}}",
+       "answer": str(a + b)}) + "\n" for a, b in [(1, 2), (3, 4), (5, 1)]))
+  aime = root / "aime_2024.parquet"
+  pq.write_table(pa.Table.from_pylist([
+      {"ID": f"2024-I-{i}", "Problem": f"Tom has {i} apples. How many now?",
+       "Solution": "", "Answer": i} for i in (3, 7)]), str(aime))
   tokenizer = Tokenizer(tok_models.WordLevel(unk_token="<unk>"))
   tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
   trainer = trainers.WordLevelTrainer(
@@ -53,7 +68,7 @@ def files(tmp_path_factory):
   params = models.init_params(model_config, jax.random.key(0))
   models.save_hf(str(checkpoint), model_config, params)
   return {"checkpoint": str(checkpoint), "train": str(train),
-          "eval": str(evalf)}
+          "eval": str(evalf), "math500": str(math500), "aime": str(aime)}
 
 
 def _config(files):
@@ -62,6 +77,7 @@ def _config(files):
   config.model.hf_path = files["checkpoint"]
   config.task.train_path = files["train"]
   config.task.eval_path = files["eval"]
+  config.eval.sets = f"math500:{files['math500']},aime24:{files['aime']}"
   config.model.dtype = "float32"
   config.stages = "sft,rl"
   return config
@@ -70,7 +86,26 @@ def _config(files):
 def test_qwen_gsm8k_smoke_runs_end_to_end(files, tmp_path):
   summary = pipeline.run(_config(files), str(tmp_path))
   assert summary["stages"]["rl"]["rl/steps"] == 2
-  assert 0.0 <= summary["stages"]["rl"]["eval/accuracy"] <= 1.0
+  # The summary holds the final step's held-out numbers as logged: ratios of
+  # counts over the 2 held-out rows, mean@2 <= pass@2 <= 2 * mean@2.
+  final = summary["stages"]["rl"]
+  logged = [r for r in metrics_lib.read_metrics(str(tmp_path))
+            if r["stage"] == "rl" and "eval/pass@2" in r]
+  assert [r["step"] for r in logged] == [2]
+  for key in ("eval/accuracy", "eval/pass@2", "eval/mean@2"):
+    assert logged[-1][key] == final[key], key
+  for key, count in (("eval/accuracy", 2), ("eval/pass@2", 2),
+                     ("eval/mean@2", 4)):
+    assert final[key] * count == round(final[key] * count), key
+  assert final["eval/mean@2"] <= final["eval/pass@2"] <= 2 * final[
+      "eval/mean@2"]
+  for stage in ("sft", "rl"):
+    for name in ("math500", "aime24"):
+      for metric in ("pass@1", "pass@2"):
+        assert 0.0 <= summary["stages"][stage][f"eval/{name}/{metric}"] <= 1.0
+  final = [r for r in metrics_lib.read_metrics(str(tmp_path))
+           if "eval/aime24/pass@2" in r]
+  assert [r["stage"] for r in final] == ["sft", "rl"]
   records = [r for r in metrics_lib.read_metrics(str(tmp_path))
              if r["stage"] == "rl" and "train/loss" in r]
   assert len(records) == 2
