@@ -120,8 +120,25 @@ def test_summary_has_f1_of_every_scorer(first_run):
   assert evaluation["prm_eval/acc_err_oracle"] == 1.0
   assert evaluation["prm_eval/acc_cor_oracle"] == 1.0
   assert evaluation["prm_eval/auroc_oracle"] == 1.0
-  for key in ("prm_eval/f1", "prm_eval/f1_random"):
-    assert 0.0 <= evaluation[key] <= 1.0, key
+  # Each scorer's numbers, from the logged ones: accuracies are exact-match
+  # counts over the erroneous and the correct test solutions, and F1 their
+  # harmonic mean (ProcessBench).
+  num = _config().prm_eval.num_problems
+  num_err = evaluation["prm_eval/erroneous_fraction"] * num
+  assert num_err == round(num_err)
+  counts = {"acc_err": round(num_err), "acc_cor": num - round(num_err)}
+  for suffix in ("", "_random", "_oracle"):
+    acc = {}
+    for name, count in counts.items():
+      acc[name] = evaluation[f"prm_eval/{name}{suffix}"]
+      assert acc[name] * count == pytest.approx(round(acc[name] * count),
+                                                abs=1e-9), (name, suffix)
+    total = acc["acc_err"] + acc["acc_cor"]
+    f1 = 2 * acc["acc_err"] * acc["acc_cor"] / total if total else 0.0
+    assert evaluation[f"prm_eval/f1{suffix}"] == pytest.approx(
+        f1, abs=1e-12), suffix
+  # The random scorer is not the oracle.
+  assert evaluation["prm_eval/f1_random"] < 1.0
   assert summary["stages"]["prm"]["prm/steps"] == 4
   assert summary["stages"]["prm"]["prm/model"] == "head"
   # Best-of-N with the oracle's min picks an all-correct solution whenever

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rl_rewards import checkpoints
 from rl_rewards import cli
 from rl_rewards import config_lib
 from rl_rewards import metrics as metrics_lib
@@ -16,6 +17,11 @@ from rl_rewards.runners import pipeline
 from rl_rewards.runners import rl
 from rl_rewards.runners import tasks as tasks_lib
 from rl_rewards.runners.methods import base
+from tests.core import advantages_test as core_advantages_test
+from tests.core import core_reference as ref
+from tests.core import prime_test as core_prime_test
+from tests.core import pure_test as core_pure_test
+from tests.core import thoughts_test as core_thoughts_test
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 # (config file, its argument): every method in the default suite, their
@@ -71,12 +77,192 @@ def mixed_outcomes(monkeypatch):
   monkeypatch.setattr(tasks_lib.ArithTask, "score", score)
 
 
+# ------------------------------------- naive advantages, from the batch ---
+# Each reference recomputes a method's token advantages [B, T] from the
+# batch the RL step handed to `advantages`, with the loop references of
+# tests/core (no code shared with rl_rewards.core).
+
+
+def _last_token(values, mask):
+  """[B, T]: values[b] on row b's last valid token."""
+  out = np.zeros(mask.shape)
+  for b in range(mask.shape[0]):
+    valid = np.flatnonzero(mask[b])
+    if valid.size:
+      out[b, valid[-1]] = values[b]
+  return out
+
+
+def _outcome_ref(cfg, batch, estimator=None):
+  adv = ref.group_advantages_reference(
+      batch["rewards"], cfg.group_size,
+      estimator or cfg.advantage_estimator, eps=cfg.advantage_eps)
+  return adv[:, None] * (batch["response_mask"] > 0)
+
+
+def _on_steps(step_values, ids, mask):
+  """[B, T]: step_values[b, ids[b, t]] on valid tokens, 0 elsewhere."""
+  out = np.zeros(ids.shape)
+  for b, t in zip(*np.nonzero((ids >= 0) & (mask > 0))):
+    out[b, t] = step_values[b, ids[b, t]]
+  return out
+
+
+def _ppo_ref(cfg, config, batch):
+  del config
+  mask = batch["response_mask"] > 0
+  adv, _ = ref.gae_reference(_last_token(batch["rewards"], mask),
+                             batch["values"], mask, cfg.gae_gamma,
+                             cfg.gae_lambda)
+  return ref.whiten_reference(adv, mask)
+
+
+def _reinforce_pp_ref(cfg, config, batch):
+  del config
+  mask = batch["response_mask"] > 0
+  if cfg.reinforce_baseline == "group":  # Centred in the group, whitened.
+    centred = ref.group_advantages_reference(batch["rewards"],
+                                             cfg.group_size, "drgrpo")
+    return ref.whiten_reference(centred[:, None] * mask, mask)
+  rewards = _last_token(batch["rewards"], mask) - cfg.reward_kl_coef * (
+      batch["old_logprobs"] - batch["ref_logprobs"]) * mask
+  returns = ref.discounted_returns_reference(rewards, mask, cfg.gae_gamma)
+  return ref.whiten_reference(returns, mask)
+
+
+def _pav_ref(cfg, config, batch):
+  ids, mask = batch["step_ids"], batch["response_mask"]
+  k = cfg.prover_k
+  if cfg.prm_source == "model" and base.Verifier.planned(
+      config).target == "prover":
+    k = 1  # Its scores are Best-of-K values already.
+  q_mu = 1 - (1 - batch["q_values"].astype(np.float64)) ** k
+  v_mu = 1 - (1 - batch["v_init"].astype(np.float64)) ** k
+  progress = np.zeros(q_mu.shape)
+  for b in range(q_mu.shape[0]):
+    previous = v_mu[b]
+    for s in range(int(ids[b].max()) + 1):
+      progress[b, s] = q_mu[b, s] - previous
+      previous = q_mu[b, s]
+  return _outcome_ref(cfg, batch) + cfg.pav_alpha * _on_steps(progress, ids,
+                                                              mask)
+
+
+def _pure_ref(cfg, config, batch):
+  del config
+  ids, mask, n = batch["step_ids"], batch["response_mask"], cfg.group_size
+  assert cfg.pure_baseline == "token"
+  step_mask = ref.step_mask_reference(ids, batch["step_scores"].shape[1])
+  r = 2.0 * batch["step_scores"] - 1.0
+  if cfg.pure_credit == "softmin":
+    r = ref.softmin_reference(r, step_mask, cfg.pure_temperature)
+  else:  # Step rewards whose returns are the hard min-form returns.
+    returns = ref.running_min_reference(r, step_mask,
+                                        paper=cfg.pure_credit == "min_paper")
+    r = returns - np.concatenate([returns[:, 1:], np.zeros_like(
+        returns[:, :1])], axis=1) * step_mask
+  adjusted = core_pure_test._token_baseline_reference(r, ids, mask, n)  # pylint: disable=protected-access
+  token_rewards = np.zeros(ids.shape)
+  for b in range(ids.shape[0]):
+    for s in range(int(ids[b].max()) + 1):
+      token_rewards[b, np.flatnonzero(ids[b] == s)[-1]] += adjusted[b, s]
+  verifiable = ref.group_advantages_reference(batch["rewards"] - 1.0, n,
+                                              "rloo")
+  token_rewards += cfg.verifiable_reward_coef * _last_token(verifiable, mask)
+  x = ref.reward_to_go_reference(token_rewards, mask > 0)
+  if cfg.mask_step_end_tokens:
+    x = np.where(batch["step_end_mask"], 0.0, x)
+  valid = x[mask > 0]  # PURE's normalisation: statistics of the non-zeros.
+  nonzero = valid[valid != 0]
+  if not nonzero.size:
+    return np.zeros(x.shape)
+  mean = nonzero.mean()
+  rstd = 1 / np.sqrt(max(((valid - mean) ** 2).sum() / nonzero.size, 1e-8))
+  return np.where((mask > 0) & (x != 0), (x - mean) * rstd, 0.0)
+
+
+def _prime_ref(cfg, config, batch):
+  del config
+  mask, n = batch["response_mask"] > 0, cfg.group_size
+  if cfg.prime_rloo_form != "code" or cfg.prime_batch_norm:
+    return None  # The paper's forms: tests/core/prime_test.py.
+  process = core_prime_test._masked_rloo_reference(  # pylint: disable=protected-access
+      batch["implicit_rewards"], mask, n) * cfg.prime_process_coef
+  outcome = ref.group_advantages_reference(batch["rewards"], n, "rloo")
+  rewards = process + cfg.prime_outcome_coef * _last_token(outcome, mask)
+  return ref.whiten_reference(ref.reward_to_go_reference(rewards, mask),
+                              mask)
+
+
+def _grpo_process_ref(cfg, config, batch):
+  del config
+  ids, scores = batch["step_ids"], batch["step_scores"]
+  step_mask = ref.step_mask_reference(ids, scores.shape[1])
+  process = core_advantages_test._process_reference(  # pylint: disable=protected-access
+      scores, step_mask, ids, cfg.group_size, eps=cfg.advantage_eps)
+  return _outcome_ref(cfg, batch) + cfg.process_coef * process
+
+
+def _clip_delta_ref(cfg, config, batch):
+  del config
+  ids, scores = batch["step_ids"], batch["step_scores"]
+  assert cfg.clip_delta_mode == "clip_delta"
+  # Clip: min(r − η, 0); Delta: r_k − r_{k+1}, whose returns telescope to
+  # the clipped reward of every step but the last, and 0 on the last.
+  returns = np.zeros(scores.shape)
+  for b in range(scores.shape[0]):
+    last = int(ids[b].max())
+    for s in range(last):
+      returns[b, s] = min(scores[b, s] - cfg.clip_eta, 0.0)
+  return _outcome_ref(cfg, batch) + cfg.process_coef * _on_steps(
+      returns, ids, batch["response_mask"])
+
+
+def _tp_grpo_ref(cfg, config, batch):
+  del config
+  assert cfg.advantage_estimator == "grpo"
+  return core_thoughts_test._reference(  # pylint: disable=protected-access
+      batch["step_scores"], batch["step_ids"], batch["response_mask"],
+      batch["rewards"], cfg.group_size, cfg.tp_alpha, eps=cfg.advantage_eps)
+
+
+_REFERENCES = {
+    "outcome": lambda cfg, config, batch: _outcome_ref(cfg, batch),
+    "ppo": _ppo_ref, "reinforce_pp": _reinforce_pp_ref, "pav": _pav_ref,
+    "pure": _pure_ref, "prime": _prime_ref,
+    "grpo_process": _grpo_process_ref, "clip_delta": _clip_delta_ref,
+    "tp_grpo": _tp_grpo_ref,
+}
+
+
+def _spy_on_advantages(monkeypatch, method_name):
+  """Records (batch, advantages) of every RL step as host arrays."""
+  seen = []
+  cls = methods.METHODS[method_name]
+  advantages = cls.advantages
+
+  def spy(self, batch):  # Runs under jit: read the values back on the host.
+    out = advantages(self, batch)
+    jax.debug.callback(
+        lambda b, a: seen.append(({k: np.asarray(v) for k, v in b.items()},
+                                  np.asarray(a))), dict(batch), out[0])
+    return out
+
+  monkeypatch.setattr(cls, "advantages", spy)
+  return seen
+
+
+def test_every_method_has_a_reference():
+  assert sorted(_REFERENCES) == sorted(methods.METHODS)
+
+
 @pytest.mark.parametrize("name,arg", CONFIGS)
 def test_config_runs_two_rl_steps(name, arg, sft_dir, tmp_path,
-                                  mixed_outcomes):
+                                  mixed_outcomes, monkeypatch):
   del mixed_outcomes
   config = _config(name, sft_dir, arg)
   config.rl.filter_accuracy = False  # Keep every mixed group.
+  seen = _spy_on_advantages(monkeypatch, config.rl.method)
   summary = pipeline.run(config, str(tmp_path))
   assert summary["stages"]["rl"]["rl/steps"] == 2
   records = [r for r in metrics_lib.read_metrics(str(tmp_path))
@@ -90,8 +276,25 @@ def test_config_runs_two_rl_steps(name, arg, sft_dir, tmp_path,
                 "train/zero_outcome_signal_groups",
                 "train/advantage_var"):
       assert key in r, key
-    assert r["train/nonzero_advantage_fraction"] > 0.5, r
-    assert r["train/reward_mean"] > 0.3
+  # The advantages of each step, recomputed from the batch it saw, and the
+  # logged statistics recomputed from those arrays.
+  assert len(seen) == len(records) == 2
+  reference = _REFERENCES[config.rl.method]
+  for r, (batch, got) in zip(records, seen):
+    mask = batch["response_mask"] > 0
+    assert mask.any(axis=1).all()
+    want = reference(config.rl, config, batch)
+    assert want is not None or arg  # Every default config has a reference.
+    if want is not None:
+      np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4,
+                                 err_msg=f"{name} {arg} step {r['step']}")
+      assert np.abs(want[mask]).max() > 0.1  # A signal to check.
+    np.testing.assert_array_equal(got[~mask], 0.0)
+    assert r["train/reward_mean"] == pytest.approx(batch["rewards"].mean())
+    assert r["train/nonzero_advantage_fraction"] == pytest.approx(
+        np.mean(np.abs(got[mask]) > 1e-8))
+    assert r["train/advantage_var"] == pytest.approx(np.var(got[mask]),
+                                                     rel=1e-3, abs=1e-6)
   if config.rl.method in ("pav", "pure", "clip_delta", "tp_grpo",
                           "grpo_process") and (
       config.rl.prm_source == "model"):
@@ -366,10 +569,25 @@ class _Crash(Exception):
   pass
 
 
+def _saved_state(workdir, stage="rl"):
+  """{path: host array} of a stage's latest checkpoint: every model's
+  parameters, optimizer state and counters."""
+  ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints", stage))
+  restored = ckpt.restore_raw()
+  ckpt.close()
+  return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in
+          jax.tree_util.tree_leaves_with_path(restored)}
+
+
 @pytest.mark.parametrize("name", ["ppo", "prime", "pav"])
 def test_resume_mid_rl_reproduces_the_uninterrupted_run(name, sft_dir,
-                                                        tmp_path, monkeypatch):
-  overrides = {"rl.steps": 3, "rl.checkpoint_every_steps": 1}
+                                                        tmp_path, monkeypatch,
+                                                        mixed_outcomes):
+  # Mixed groups and no accuracy filter: every step updates every model
+  # (PRIME's implicit PRM and its policy, PPO's critic, the PAV policy).
+  del mixed_outcomes
+  overrides = {"rl.steps": 3, "rl.checkpoint_every_steps": 1,
+               "rl.filter_accuracy": False}
   reference = str(tmp_path / "reference")
   pipeline.run(_config(name, sft_dir, **overrides), reference)
   original = metrics_lib.MetricsWriter.write
@@ -387,6 +605,32 @@ def test_resume_mid_rl_reproduces_the_uninterrupted_run(name, sft_dir,
   pipeline.run(_config(name, sft_dir, **overrides), resumed)
 
   assert _rl_records(resumed) == _rl_records(reference)
+  # The final states are equal bit for bit: parameters and optimizer states
+  # of every model, step and skip counters.
+  want, got = _saved_state(reference), _saved_state(resumed)
+  assert sorted(got) == sorted(want)
+  for key, value in want.items():
+    np.testing.assert_array_equal(got[key], value, err_msg=key)
+  assert any("opt_state" in key for key in want)
+  # Real updates happened: every trained model moved from where it started
+  # (the policy and PRIME's implicit PRM from the SFT parameters, PPO's
+  # critic from the SFT backbone).
+  start = _saved_state(sft_dir, "sft")
+  models = sorted({key.split("]")[0] + "]" for key in want
+                   if "['params']" in key and "opt_state" not in key})
+  assert models == sorted({"ppo": ["['policy']", "['value']"],
+                           "prime": ["['implicit_prm']", "['policy']"],
+                           "pav": ["['policy']"]}[name])
+  for model in models:
+    prefix = model + "['params']"
+    backbone = [key for key in want if key.startswith(prefix) and
+                "['params']" + key[len(prefix):] in start]
+    assert backbone, model
+    assert any(not np.array_equal(want[key],
+                                  start["['params']" + key[len(prefix):]])
+               for key in backbone), model
+  last = _rl_records(reference)[-1]
+  assert last["train/skipped_updates"] == 0
 
 
 def test_sft_continued_baseline_runs_and_is_reused(sft_dir, tmp_path):

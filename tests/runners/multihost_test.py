@@ -1,7 +1,10 @@
 """Two processes on localhost run the pipeline exactly as one 8-device run.
 
-The tests that launch processes carry the `slow` mark (`pytest -m slow`);
-the default suite keeps the metric reductions as two simulated processes.
+The tests that launch the whole pipeline carry the `slow` mark (`pytest -m
+slow`). The default suite launches one short real two-process run of the
+reductions only (rollout metrics, greedy accuracy, pass@n; 2 processes x 2
+CPU devices against 1 process x 4) and keeps the other metric reductions as
+two simulated processes.
 Each test launches `experiments/train.py` (through `multihost_worker.py`,
 which records what each process does) as 2 processes x 4 CPU devices,
 connected by `jax.distributed` (CPU collectives: gloo), and compares with a
@@ -293,6 +296,82 @@ def test_default_job_on_two_processes_matches_one(tmp_path):
   _check_rows(per_process, single)
   _check_metrics(per_process, single, workdir, reference_dir)
   _check_params(workdir, reference_dir, ("sft", "prm", "rl"))
+
+
+# ------------------------- the reductions, on two real processes (fast) ---
+
+REDUCTION_TIMEOUT_S = 240
+
+
+def _launch_reductions(tmp_path):
+  """Runs `multihost_worker.py --reductions` as 2 processes x 2 devices and
+  as 1 process x 4 devices, all at once; returns (per process, single)."""
+  port = _free_port()
+  cache = os.environ.get(
+      "RL_REWARDS_TEST_JAX_CACHE",
+      os.path.join(tempfile.gettempdir(), "rl_rewards_test_jax_cache"))
+  base = {k: v for k, v in os.environ.items()
+          if not k.startswith(("JAX_COORDINATOR", "JAX_NUM_PROCESSES",
+                               "JAX_PROCESS_ID"))}
+  base.update({"JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT,
+               "JAX_COMPILATION_CACHE_DIR": cache,
+               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+               "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})
+  launches = [("single", 4, {})] + [
+      (f"multi{i}", 2, {"JAX_COORDINATOR_ADDRESS": f"localhost:{port}",
+                        "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": str(i)})
+      for i in range(2)]
+  procs = []
+  for name, devices, extra in launches:
+    env = dict(base, XLA_FLAGS=(
+        f"--xla_force_host_platform_device_count={devices}"), **extra)
+    log = open(tmp_path / f"{name}.log", "w")  # pylint: disable=consider-using-with
+    procs.append((name, log, subprocess.Popen(
+        [sys.executable, WORKER, "--reductions",
+         str(tmp_path / f"{name}.json"), str(tmp_path / name)],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)))
+  try:
+    codes = [p.wait(timeout=REDUCTION_TIMEOUT_S) for _, _, p in procs]
+  except subprocess.TimeoutExpired:
+    codes = None
+  finally:
+    for _, log, p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+      log.close()
+  if codes is None or any(codes):
+    tails = "\n".join(f"--- {name}\n" + "".join(
+        open(tmp_path / f"{name}.log").readlines()[-20:])
+                      for name, _, _ in procs)
+    pytest.fail(f"exit codes {codes}\n{tails}")
+  out = {name: metrics_lib.read_json(str(tmp_path / f"{name}.json"))
+         for name, _, _ in procs}
+  return [out["multi0"], out["multi1"]], out["single"]
+
+
+def test_reductions_on_two_real_processes_equal_one(tmp_path):
+  per_process, single = _launch_reductions(tmp_path)
+  assert [(r["process"], r["processes"], r["devices"])
+          for r in per_process] == [(0, 2, 4), (1, 2, 4)]
+  assert (single["processes"], single["devices"]) == (1, 4)
+  want = single["metrics"]
+  # Something to reduce: the scorer marks about half of the rows correct.
+  for key in ("step0/train/reward_mean", "step1/train/reward_mean",
+              "eval/accuracy", "eval/mean@2"):
+    assert 0 < want[key] < 1, key
+  assert want["eval/pass@2"] > 0 and want["eval/mean_length"] > 0
+  # Two rollouts, the greedy evaluation and pass@2: each process scored
+  # exactly half of the rows of each call.
+  assert single["rows"] == [8, 8, 8, 16]
+  for got in per_process:
+    assert got["rows"] == [n // 2 for n in single["rows"]]
+  # Every process reports the same numbers, those of the single process.
+  assert per_process[0]["metrics"] == per_process[1]["metrics"]
+  got = per_process[0]["metrics"]
+  assert sorted(got) == sorted(want)
+  for key, value in want.items():
+    assert got[key] == pytest.approx(value, rel=1e-12, abs=1e-12), key
 
 
 # ------------------------------------------- row blocks, in one process ---

@@ -13,6 +13,7 @@ from rl_rewards import metrics as metrics_lib
 from rl_rewards.runners import pipeline
 from rl_rewards import checkpoints
 from rl_rewards import cli
+from rl_rewards.rollout import sampler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
@@ -44,6 +45,48 @@ def _config(**overrides):
   return config
 
 
+def _greedy_metrics_by_hand(ctx, params):
+  """The greedy evaluation of `params`, averaged here over every held-out
+  problem: accuracy, mean length, truncated fraction, steps per response,
+  step accuracy and accuracy per number of operations."""
+  task, config = ctx.task, ctx.config
+  problems = task.problems_per_k("eval", config.eval.size_per_k)
+  size = config.eval.batch_size
+  rewards, lengths, truncated, scored_rows = [], [], [], []
+  for start in range(0, len(problems), size):
+    chunk = problems[start:start + size]
+    padded = chunk + [chunk[0]] * (size - len(chunk))
+    tokens, mask = task.encode_prompts(padded)
+    out = sampler.sample(
+        ctx.model_config, params, tokens, mask, jax.random.key(0),
+        max_new_tokens=task.max_new_tokens, temperature=0.0, top_p=1.0,
+        eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id,
+        delimiter_mask=task.delimiter_mask())
+    real = slice(0, len(chunk))
+    texts = task.decode_responses(np.asarray(out.tokens)[real],
+                                  np.asarray(out.response_mask)[real])
+    done = ~np.asarray(out.truncated)[real]
+    scored = task.score(chunk, texts, done)
+    rewards.extend(scored.rewards)
+    lengths.extend(np.asarray(out.lengths)[real])
+    truncated.extend(~done)
+    scored_rows.extend(zip(scored.num_steps, scored.step_labels))
+  rewards = np.asarray(rewards, np.float64)
+  ks = np.array([p.num_ops for p in problems])
+  out = {"eval/accuracy": rewards.mean(),
+         "eval/mean_length": np.mean(lengths),
+         "eval/truncated": np.mean(truncated),
+         "eval/steps_per_response": np.mean([n for n, _ in scored_rows]),
+         "eval/all_steps_correct": np.mean(
+             [len(l) > 0 and all(l) for _, l in scored_rows]),
+         "eval/step_accuracy": np.mean(
+             [np.mean(l) if l else 0.0 for _, l in scored_rows])}
+  for k in np.unique(ks):
+    out[f"eval/accuracy_k{k}"] = rewards[ks == k].mean()
+  assert 0 < out["eval/mean_length"]  # Something to compare.
+  return out
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("uninterrupted"))
@@ -51,7 +94,7 @@ def uninterrupted(tmp_path_factory):
   return workdir, summary
 
 
-def test_workdir_contract(uninterrupted):
+def test_workdir_contract(uninterrupted, tmp_path):
   workdir, summary = uninterrupted
   for name in ("config.json", "metrics.jsonl", "summary.json"):
     assert os.path.exists(os.path.join(workdir, name)), name
@@ -61,8 +104,14 @@ def test_workdir_contract(uninterrupted):
   assert set(on_disk["stages"]) == {"sft", "labels", "prm", "rl"}
   assert os.path.exists(os.path.join(workdir, "labels", "manifest.json"))
   assert os.path.isdir(os.path.join(workdir, "checkpoints", "prm"))
+  # The held-out numbers of each stage are those of its final parameters,
+  # decoded and scored again here.
+  ctx = pipeline.build_context(_config(), str(tmp_path / "recheck"))
   for stage in ("sft", "rl"):
-    assert 0.0 <= on_disk["stages"][stage]["eval/accuracy"] <= 1.0
+    want = _greedy_metrics_by_hand(ctx, _final_params(workdir, stage))
+    got = on_disk["stages"][stage]
+    for key, value in want.items():
+      assert got[key] == pytest.approx(value, abs=1e-9), (stage, key)
   assert on_disk["wall_time_s"] > 0
   assert summary["stages"]["rl"]["rl/steps"] == 4
   records = metrics_lib.read_metrics(workdir)

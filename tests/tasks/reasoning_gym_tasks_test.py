@@ -41,11 +41,28 @@ class ReasoningGymTaskTest(absltest.TestCase):
     cls.task = reasoning_gym_tasks.ReasoningGymTask("chain_sum", size=40,
                                                     seed=0)
 
-  def test_records_are_deterministic(self):
-    other = reasoning_gym_tasks.ReasoningGymTask("chain_sum", size=40, seed=0)
-    self.assertEqual(self.task.record(5), other.record(5))
-    self.assertIn(self.task.record(5).entry["metadata"]["expression"],
-                  self.task.record(5).question)
+  def test_records_are_the_seeded_dataset_entries(self):
+    # Against reasoning-gym's own dataset of the same seed, and the answer
+    # against the expression evaluated here.
+    import reasoning_gym  # pylint: disable=g-import-not-at-top
+    dataset = reasoning_gym.create_dataset("chain_sum", size=40, seed=0)
+    for index in (0, 5, 39):
+      record = self.task.record(index)
+      self.assertEqual(record.index, index)
+      self.assertEqual(record.question, dataset[index]["question"])
+      expression = dataset[index]["metadata"]["expression"]
+      self.assertIn(expression, record.question)
+      total, sign = 0, 1
+      for token in expression.split():
+        if token in "+-":
+          sign = 1 if token == "+" else -1
+        else:
+          total += sign * int(token)
+      self.assertEqual(record.answer, str(total))
+    # Another seed is another dataset.
+    other = reasoning_gym_tasks.ReasoningGymTask("chain_sum", size=40, seed=1)
+    self.assertNotEqual([other.record(i).question for i in range(5)],
+                        [self.task.record(i).question for i in range(5)])
     with self.assertRaisesRegex(ValueError, "out of range"):
       self.task.record(40)
 
