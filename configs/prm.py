@@ -28,10 +28,12 @@ Two grids for `experiments.sweep`: the default one crosses the verifier
 model with its training labels; `:sweep=budget` crosses the seven verifier
 kinds (score head on soft, hard and prover labels, generative on progress,
 soft and prover labels, implicit) with the label budget, training each on
-the first 128, 256 or 1024 problems (`prm.label_problems`) of one finished
-label run. The label run names a Best-of-K prover, so that the prover
-target Q̂^μ = 1 − (1 − Q̂^π)^K differs from the soft one (the Monte-Carlo
-rollouts, and so every other target, are the policy's either way):
+the first 128, 256 or 1024 problems (`prm.label_problems`; 2, 4 or 8 at
+size `test`) of one finished label run. The label run names a Best-of-K
+prover, so that the prover target Q̂^μ = 1 − (1 − Q̂^π)^K differs from the
+soft one (the Monte-Carlo rollouts, and so every other target, are the
+policy's either way). Without `labels=`, every point labels its own set,
+of as many problems as the largest budget, with that prover:
 
     python -m experiments.train --config=configs/prm.py:sft=runs/s0 \
         --config.stages=sft,labels --config.labels.num_problems=1024 \
@@ -65,7 +67,12 @@ def get_config(arg=None):
   config.prm_eval.bon_problems = 200
   config.prm_eval.bon_samples = 64
   # `test` shrinks sections.
-  return config_lib.apply_size(config, arg.size, regime=arg.regime)
+  config = config_lib.apply_size(config, arg.size, regime=arg.regime)
+  if arg.sweep == "budget":
+    # The label set holds the largest budget (ignored with `labels=`).
+    config.labels.num_problems = max(budget_problems(arg.size))
+    config.labels.prover = "best_of_k"
+  return config
 
 
 def _parse(arg):
@@ -87,14 +94,25 @@ def verifier_settings(model: str, target: str) -> dict:
 BUDGET_KINDS = (("head", "soft"), ("head", "hard"), ("generative", "progress"),
                 ("generative", "soft"), ("implicit", "soft"),
                 ("head", "prover"), ("generative", "prover"))
-BUDGET_PROBLEMS = (128, 256, 1024)
+# Label budgets (`prm.label_problems`) of the budget grid, by size: `test`
+# labels 8 problems.
+BUDGET_PROBLEMS = {"test": (2, 4, 8), "tiny": (128, 256, 1024),
+                   "small": (128, 256, 1024)}
+
+
+def budget_problems(size: str) -> tuple[int, ...]:
+  if size not in BUDGET_PROBLEMS:
+    raise config_lib.ConfigError(
+        f"configs/prm.py: size={size!r} must be one of "
+        f"{', '.join(BUDGET_PROBLEMS)}.")
+  return BUDGET_PROBLEMS[size]
 
 
 def get_sweep(arg=None):
   """`sweep=kinds`: verifier model x labels; `sweep=budget`: kind x budget."""
   arg = _parse(arg)
   if arg.sweep == "budget":
-    kinds, budgets = BUDGET_KINDS, BUDGET_PROBLEMS
+    kinds, budgets = BUDGET_KINDS, budget_problems(arg.size)
   elif arg.sweep == "kinds":
     kinds = [(model, target) for model in ("generative", "head")
              for target in ("progress", "hard", "soft")]

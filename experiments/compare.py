@@ -25,7 +25,9 @@ evaluations, as a fraction of the baseline's, with a bootstrap
 confidence interval over seeds), `compare.json`, and `compare.png`
 (accuracy against samples and against compute, which counts the labels
 and verifier training a method needs; mean and spread over seeds);
-`--plot=docs/compare_<regime>.png` copies the plot.
+`--plot=docs/compare_<regime>.png` copies the plot. When a run fails, the
+command ends with a table of the failed runs (workdir, exit status, the
+last error line of its `compare_log.txt`) and exits with status 1.
 """
 
 from concurrent import futures
@@ -38,6 +40,7 @@ import sys
 from absl import app
 from absl import flags
 
+from rl_rewards import cli
 from rl_rewards import config_lib
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import reports
@@ -129,8 +132,36 @@ def _finished(workdir):
   return os.path.exists(os.path.join(workdir, metrics_lib.SUMMARY_FILE))
 
 
+LOG_FILE = "compare_log.txt"  # Each run's output, in its workdir.
+
+
+class RunFailed(RuntimeError):
+  """A run of the comparison exited with a non-zero status."""
+
+  def __init__(self, workdir: str, status: int, last_line: str):
+    super().__init__(f"{workdir}: run failed (exit {status}); see "
+                     f"{os.path.join(workdir, LOG_FILE)}")
+    self.workdir, self.status, self.last_line = workdir, status, last_line
+
+
+class RunsFailed(RuntimeError):
+  """Runs of the comparison failed: `failures` is [(workdir, error)]."""
+
+  def __init__(self, failures):
+    super().__init__("; ".join(str(e) for _, e in failures))
+    self.failures = failures
+
+  def table(self) -> str:
+    """The failures as `cli.failure_table` rows."""
+    return cli.failure_table([
+        (workdir, getattr(e, "status", "–"),
+         getattr(e, "last_line", None) or f"{type(e).__name__}: {e}")
+        for workdir, e in self.failures])
+
+
 def _train(run):
-  """Runs (or resumes) one run in a subprocess; raises if it fails."""
+  """Runs (or resumes) one run in a subprocess; raises RunFailed if it
+  fails."""
   overrides = list(run.overrides)
   if run.budget_from:
     summary = metrics_lib.read_json(
@@ -143,12 +174,13 @@ def _train(run):
   os.makedirs(run.workdir, exist_ok=True)
   # One write per line: runs started side by side print from threads.
   print(f"  {' '.join(args[2:])}\n", end="", flush=True)
-  with open(os.path.join(run.workdir, "compare_log.txt"), "a") as log:
+  path = os.path.join(run.workdir, LOG_FILE)
+  offset = os.path.getsize(path) if os.path.exists(path) else 0
+  with open(path, "a") as log:
     code = subprocess.run(args, stdout=log, stderr=subprocess.STDOUT,
                           check=False).returncode
   if code != 0:
-    raise RuntimeError(f"run failed (exit {code}); see "
-                       f"{os.path.join(run.workdir, 'compare_log.txt')}")
+    raise RunFailed(run.workdir, code, cli.last_error_line(path, offset))
 
 
 def run_all(runs, jobs=1, train=_train):
@@ -157,7 +189,7 @@ def run_all(runs, jobs=1, train=_train):
 
   A run listed twice (a shared label set or verifier) runs once, and a
   finished one is reused. When one fails, no new run starts; the ones under
-  way finish, then its error is raised.
+  way finish, then `RunsFailed` is raised with every failure.
   """
   pending = list({run.workdir: run for run in runs}.values())
   known = {run.workdir for run in pending}
@@ -171,11 +203,11 @@ def run_all(runs, jobs=1, train=_train):
       raise ValueError(f"{run.workdir} needs {missing[0]}, which is neither "
                        "finished nor planned.")
     done.update(n for n in run.needs if n not in known)  # Finished before.
-  failure = None
+  failures = []
   with futures.ThreadPoolExecutor(max_workers=jobs) as pool:
     running = {}
     while pending or running:
-      if failure is None:
+      if not failures:
         for run in [r for r in pending if set(r.needs) <= done]:
           if len(running) == jobs:
             break
@@ -187,11 +219,11 @@ def run_all(runs, jobs=1, train=_train):
       for future in finished:
         run = running.pop(future)
         if future.exception() is not None:
-          failure = failure or future.exception()
+          failures.append((run.workdir, future.exception()))
         else:
           done.add(run.workdir)
-  if failure is not None:
-    raise failure
+  if failures:
+    raise RunsFailed(failures)
   if pending:
     raise ValueError("runs left that can never start: "
                      f"{', '.join(r.workdir for r in pending)}.")
@@ -202,9 +234,9 @@ def method_spec(label):
   if label in METHODS:
     return METHODS[label]
   if not os.path.exists(os.path.join("configs", f"{label}.py")):
-    raise ValueError(f"--methods: unknown method {label!r}; one of "
-                     f"{', '.join(METHODS)}, sft_continue, or a config file "
-                     "in configs/.")
+    raise config_lib.ConfigError(
+        f"--methods: unknown method {label!r}; one of {', '.join(METHODS)}, "
+        "sft_continue, or a config file in configs/.")
   return label, "", (), None
 
 
@@ -310,7 +342,12 @@ def main(argv):
     raise app.UsageError("--jobs: at least 1.")
   if _TARGET_EVALS.value < 1:
     raise app.UsageError("--target_evals: at least 1.")
-  run_all(runs, _JOBS.value)
+  try:
+    run_all(runs, _JOBS.value)
+  except RunsFailed as e:
+    print(f"\n{len(e.failures)} runs failed (the runs that need them did "
+          f"not start):\n\n{e.table()}", flush=True)
+    sys.exit(1)
   results = reports.summarize_comparison(
       root, methods, _SEEDS.value, _BASELINE.value,
       fixed_costs=fixed_costs(methods), target_evals=_TARGET_EVALS.value)
@@ -343,4 +380,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.define_debug_flag()
+  app.run(cli.reporting_errors(main))

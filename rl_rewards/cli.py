@@ -5,9 +5,13 @@ bad input. Before absl parses the command line, the config file named by
 `--config=path.py[:arg]` is loaded once and every `--config.a.b=v` override is
 checked against it, so an unknown key or a missing file is reported in one
 line naming the key (with a did-you-mean hint) instead of a traceback from
-inside ml_collections. Errors of bad input raised by the run itself
-(`errors.InputError`, which `ConfigError` is, a missing file, a full disk)
-are reported the same way.
+inside ml_collections. Errors that stop a run without being a bug of the
+code are reported the same way, `error: <message>` and no traceback: bad
+input raised by the run itself (`errors.InputError`, which `ConfigError`
+is, a missing file, a full disk; exit status 2), W&B refusing to start
+(no login; 2), and too many consecutive non-finite updates
+(`train.max_consecutive_skips`; 1). `--debug`, or `RL_REWARDS_DEBUG=1` in
+the environment, shows their tracebacks too.
 """
 
 import difflib
@@ -17,6 +21,7 @@ import os
 import sys
 
 from absl import app
+from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
@@ -24,9 +29,77 @@ from rl_rewards import config_lib
 from rl_rewards import errors
 
 
-def _fail(message: str):
+DEBUG_ENV = "RL_REWARDS_DEBUG"
+
+
+def _fail(message: str, status: int = 2):
   print(f"error: {message}", file=sys.stderr, flush=True)
-  sys.exit(2)
+  sys.exit(status)
+
+
+def debug_requested(argv=None) -> bool:
+  """Whether tracebacks were asked for: `--debug` or `RL_REWARDS_DEBUG=1`."""
+  argv = sys.argv if argv is None else argv
+  return ("--debug" in argv[1:] or "--debug=true" in argv[1:] or
+          os.environ.get(DEBUG_ENV, "") not in ("", "0"))
+
+
+def stop_message(error: BaseException):
+  """`(one-line message, exit status)` of an error that stops a run for a
+  reason that is not a bug of the code; None for any other error, whose
+  traceback is shown."""
+  if isinstance(error, (errors.InputError, FileNotFoundError)):
+    return str(error), 2
+  if isinstance(error, OSError) and errors.is_disk_full(error):
+    return str(error), 2
+  if type(error).__module__.split(".")[0] == "wandb":
+    return (f"W&B: {error} (config.logging.wandb_project is set: log in "
+            "with `wandb login` or WANDB_API_KEY, or log offline with "
+            "--config.logging.wandb_mode=offline)"), 2
+  nonfinite = sys.modules.get("rl_rewards.train.nonfinite")
+  if nonfinite is not None and isinstance(error, nonfinite.NonFiniteError):
+    return str(error), 1
+  return None
+
+
+def reporting_errors(main):
+  """`main(argv)`, with run-stopping errors (`stop_message`) printed as one
+  line `error: ...` and exit status 2 (1 for non-finite updates), unless
+  `debug_requested()`."""
+
+  def wrapped(argv):
+    try:
+      return main(argv)
+    except Exception as e:  # pylint: disable=broad-except
+      stop = stop_message(e)
+      if stop is None or debug_requested():
+        raise
+      _fail(*stop)
+
+  return wrapped
+
+
+def last_error_line(path: str, offset: int = 0) -> str:
+  """The last `error: ...` line of a log from byte `offset` on, else its
+  last non-empty line (a traceback's last line names the exception)."""
+  if not os.path.exists(path):
+    return ""
+  with open(path, "rb") as f:
+    f.seek(offset)
+    lines = [line.strip() for line in
+             f.read().decode("utf-8", "replace").splitlines() if line.strip()]
+  flagged = [line for line in lines if line.startswith("error:")]
+  return (flagged or lines or [""])[-1]
+
+
+def failure_table(failures) -> str:
+  """A markdown table of failed runs: `(name, exit status, last error line)`
+  rows."""
+  rows = ["| run | exit | last error line |", "|---|---|---|"]
+  for name, status, line in failures:
+    line = line.replace("|", "\\|")
+    rows.append(f"| {name} | {status} | {line} |")
+  return "\n".join(rows)
 
 
 def _config_arg(argv, default):
@@ -85,6 +158,29 @@ def load_sweep(spec: str):
   return points
 
 
+def point_config(spec: str, point: dict):
+  """The config of `path.py[:arg]` with a sweep point's overrides applied,
+  validated (`config_lib.validate`); ConfigError names the point and key."""
+  config = load_config_file(spec)
+  name = point_name(point)
+  for key, value in point.items():
+    check_override_key(config, key)
+    *parents, leaf = key.split(".")
+    node = config
+    for part in parents:
+      node = node[part]
+    try:
+      setattr(node, leaf, value)  # A ConfigDict checks the value's type.
+    except (TypeError, ValueError) as e:
+      raise config_lib.ConfigError(
+          f"sweep point {name}: config.{key}={value!r}: {e}") from None
+  try:
+    config_lib.validate(config)
+  except config_lib.ConfigError as e:
+    raise config_lib.ConfigError(f"sweep point {name}: {e}") from None
+  return config
+
+
 def check_override_key(config, dotted: str):
   """Raises ConfigError if `config` has no key at the dotted path."""
   node, walked = config, []
@@ -123,21 +219,25 @@ def run(main, *, default_config: str | None = "configs/default.py"):
   try:
     _precheck(sys.argv, default_config)
   except config_lib.ConfigError as e:
+    if debug_requested():
+      raise
     _fail(str(e))
   holder = config_flags.DEFINE_config_file(
       "config", default_config, "Experiment config file (configs/*.py).",
       lock_config=True)
+  define_debug_flag()
 
+  @reporting_errors
   def _main(argv):
     # Library INFO logs (orbax, jax) would drown the per-step status lines.
     logging.set_verbosity(logging.WARNING)
-    try:
-      return main(holder.value, argv)
-    except (errors.InputError, FileNotFoundError) as e:
-      _fail(str(e))
-    except OSError as e:
-      if not errors.is_disk_full(e):
-        raise
-      _fail(str(e))
+    return main(holder.value, argv)
 
   app.run(_main)
+
+
+def define_debug_flag():
+  """Defines `--debug` (read by `debug_requested`) unless it exists."""
+  if "debug" not in flags.FLAGS:
+    flags.DEFINE_bool("debug", False, "Show the traceback of errors that "
+                      f"stop a run (also: {DEBUG_ENV}=1).")

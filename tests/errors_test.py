@@ -32,6 +32,7 @@ from rl_rewards.data import jsonl
 from rl_rewards.models import hf
 from rl_rewards.prm import label_store
 from rl_rewards.runners import pipeline
+from rl_rewards.runners import prm_stages
 from rl_rewards.runners import sft
 
 CFG = models.preset("test", 16)
@@ -278,11 +279,14 @@ def test_integer_weights_are_rejected(tmp_path, params):
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"model_type": "mistral"}, "model_type 'mistral' is not supported"),
-    ({"rope_scaling": {"type": "linear", "factor": 2.0},
-      "rope_parameters": None}, "rope type 'linear' is not supported"),
-    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6}},
-     "rope type 'yarn' is not supported"),
+    ({"model_type": "gpt2"}, "model_type 'gpt2' is not supported"),
+    ({"rope_scaling": {"type": "dynamic", "factor": 2.0},
+      "rope_parameters": None},
+     "rope_scaling: rope type 'dynamic' is not supported"),
+    ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e6}},
+     "rope_parameters: rope type 'longrope' is not supported"),
+    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e6}},
+     r"rope_parameters: rope type 'llama3': missing key 'factor'"),
     ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
     ({"hidden_size": "big"}, "'hidden_size' must be an integer, got 'big'"),
     ({"num_hidden_layers": 2.5}, "'num_hidden_layers' must be an integer"),
@@ -474,3 +478,54 @@ def test_disk_full_while_writing_a_label_shard(tmp_path, monkeypatch):
   assert label_store.complete_shards(directory) == [0]
   assert [r["index"] for r in label_store.read_shard(
       label_store.shard_path(directory, 0))] == [0, 1]
+
+
+# ------------------------------------- checks made before the first stage --
+
+
+@pytest.mark.parametrize("stages,overrides,message", [
+    # The label set the run makes holds labels.num_problems (8) problems.
+    ("sft,labels,prm", {"prm.label_problems": 9},
+     r"config\.prm\.label_problems=9: the label set holds only 8 problems "
+     r"\(config\.labels\.num_problems\)"),
+    # A prm stage with no label set to train on.
+    ("sft,prm", {},
+     r"config\.stages: the prm stage needs a complete label set: "
+     r".*labels: not a complete label set"),
+    ("sft,rl", {"rl.method": "pav", "rl.advantage_estimator": "drgrpo"},
+     r"config\.rl\.method='pav' with prm_source='model' needs a trained "
+     r"verifier"),
+    ("sft,sft_continue", {},
+     r"config\.sft\.continue_seconds must be > 0"),
+])
+def test_bad_values_fail_before_any_stage_runs(tmp_path, stages, overrides,
+                                               message):
+  workdir = tmp_path / "run"
+  config = _config(**overrides)
+  config.stages = stages
+  with pytest.raises(config_lib.ConfigError, match=message):
+    pipeline.run(config, str(workdir))
+  assert not workdir.exists()  # Not even config.json: no stage ran.
+
+
+def test_a_reused_label_set_too_small_fails_before_any_stage(tmp_path):
+  labels = tmp_path / "labels_run"
+  _label_set(str(labels / "labels"), num_shards=2, per_shard=4,
+             manifest_samples_per_problem=2)  # 8 solutions: 4 problems.
+  config = _config(**{"labels.init_from": str(labels),
+                      "prm.label_problems": 5})
+  config.stages = "sft,prm"
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"config\.prm\.label_problems=5: the label set "
+                           r"holds only 4 problems \(.*labels_run/labels/"
+                           r"manifest\.json\)"):
+    pipeline.run(config, str(tmp_path / "run"))
+  config.prm.label_problems = 4
+  config.prm.batch_size = 3
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"config\.prm\.batch_size=3 must be a multiple of "
+                           r"the label set's 2 solutions per problem"):
+    prm_stages.check_config(config, str(tmp_path / "run"))
+  config.prm.batch_size = 4
+  prm_stages.check_config(config, str(tmp_path / "run"))  # Fits.
+  assert not (tmp_path / "run").exists()

@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments.benchmarks import results as results_lib
 import rl_rewards.core as rc
 
 _BATCH = flags.DEFINE_integer("batch", 1024, "Number of responses B.", allow_override=True)
@@ -193,13 +194,48 @@ class Peer:
 
 
 def max_valid_difference(ours, theirs, mask):
+  """max |ours − theirs| over the valid tokens (mask > 0); NaN if any is."""
   valid = mask > 0
   return float(np.max(np.abs(np.asarray(ours)[valid] - theirs[valid]),
                       initial=0.0))
 
 
+def compare_with_peer(name, ours, peer_outputs, mask, tolerance):
+  """Agreement of one estimator's outputs with the peer's, on valid tokens.
+
+  Args:
+    name: the estimator (a key of `our_estimators`).
+    ours: tuple of our outputs, [B, T] each (GAE: advantages, returns).
+    peer_outputs: the peer's arrays by "<name>/advantages" or
+      "<name>/returns" (and "gae/returns").
+    mask: [B, T] valid tokens.
+    tolerance: the largest absolute difference that agrees.
+
+  Returns:
+    dict with `max_abs_diff` (and `max_abs_diff_returns` for GAE) and
+    `agrees`: every difference <= tolerance (a NaN disagrees).
+  """
+  key = "/advantages" if name + "/advantages" in peer_outputs else "/returns"
+  row = {"max_abs_diff": max_valid_difference(
+      ours[0], peer_outputs[name + key], mask)}
+  if name == "gae":
+    row["max_abs_diff_returns"] = max_valid_difference(
+        ours[1], peer_outputs["gae/returns"], mask)
+  diffs = [v for k, v in row.items() if k.startswith("max_abs_diff")]
+  row["agrees"] = all(d <= tolerance for d in diffs)
+  return row
+
+
+def check_agreement(rows):
+  """Exits non-zero (`SystemExit`) naming every estimator that disagrees."""
+  bad = [row["estimator"] for row in rows if not row.get("agrees", True)]
+  if bad:
+    sys.exit(f"Disagreement with verl above tolerance: {', '.join(bad)}.")
+
+
 def main(argv):
   del argv
+  start = results_lib.started()
   batch, length = _BATCH.value, _LENGTH.value
   repeats, window = _REPEATS.value, _MIN_SECONDS.value
   inputs = make_inputs(batch, length, _GROUP_SIZE.value, _SEED.value)
@@ -236,16 +272,13 @@ def main(argv):
           f"{speedup} | {row['bound_ms']:.2f} | "
           f"{row['ours_ms'] / row['bound_ms']:.1f} | {diff} |")
   if _OUT.value:
-    with open(_OUT.value, "w") as f:
-      json.dump(dict(batch=batch, length=length, group_size=_GROUP_SIZE.value,
-                     gamma=_GAMMA.value, lam=_LAM.value, rounds=_ROUNDS.value,
-                     repeats=repeats, min_seconds=window,
-                     copy_bandwidth_gbs=bandwidth,
-                     device=str(jax.devices()[0]),
-                     peer=peer.info if peer is not None else None,
-                     rows=rows), f, indent=2)
-  if any(not row.get("agrees", True) for row in rows):
-    sys.exit("Disagreement with verl above tolerance.")
+    results_lib.write(_OUT.value, dict(
+        batch=batch, length=length, group_size=_GROUP_SIZE.value,
+        gamma=_GAMMA.value, lam=_LAM.value, rounds=_ROUNDS.value,
+        repeats=repeats, min_seconds=window, copy_bandwidth_gbs=bandwidth,
+        device=str(jax.devices()[0]),
+        peer=peer.info if peer is not None else None, rows=rows), start)
+  check_agreement(rows)
 
 
 def measure(inputs, peer, repeats, window):
@@ -260,14 +293,8 @@ def measure(inputs, peer, repeats, window):
     row = dict(estimator=name)
     if peer is not None:
       out = out if isinstance(out, tuple) else (out,)
-      key = "/advantages" if name + "/advantages" in peer.outputs else (
-          "/returns")
-      row["max_abs_diff"] = max_valid_difference(
-          out[0], peer.outputs[name + key], inputs["mask"])
-      if name == "gae":
-        row["max_abs_diff_returns"] = max_valid_difference(
-            out[1], peer.outputs["gae/returns"], inputs["mask"])
-      row["agrees"] = row["max_abs_diff"] <= _TOLERANCE.value
+      row.update(compare_with_peer(name, out, peer.outputs, inputs["mask"],
+                                   _TOLERANCE.value))
     ours, theirs = [], []
     for _ in range(_ROUNDS.value):
       if peer is not None:

@@ -49,6 +49,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
+from experiments.benchmarks import results as results_lib
 from rl_rewards import checkpoints
 from rl_rewards import kill_points
 from rl_rewards import metrics as metrics_lib
@@ -416,6 +417,7 @@ def main(argv):
              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
   extra = ["--config.checkpoint.async_save=true"] if _ASYNC.value else []
+  start_info = results_lib.started()
   start = time.time()
   reference = reference_runs(_CONFIG.value, out, env, extra)
   print(f"reference: {reference['seconds']:.0f} s (cold "
@@ -439,8 +441,7 @@ def main(argv):
             "points": reference["points"],
             "windows": reference["windows"], "trials": trials,
             "kills": total, "seconds": time.time() - start}
-  with open(os.path.join(out, "faults.json"), "w") as f:
-    json.dump(result, f, indent=2)
+  results_lib.write(os.path.join(out, "faults.json"), result, start_info)
   text = tables(result)
   with open(os.path.join(out, "faults.md"), "w") as f:
     f.write(text + "\n")

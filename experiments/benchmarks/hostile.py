@@ -22,7 +22,6 @@ For comparison, the same number of ordinary responses
 """
 
 import collections
-import json
 import time
 
 from absl import app
@@ -30,6 +29,7 @@ from absl import flags
 from absl import logging
 
 from experiments.benchmarks import hostile_corpus
+from experiments.benchmarks import results as results_lib
 from rl_rewards.tasks import arith
 from rl_rewards.tasks import verifiers
 
@@ -177,6 +177,7 @@ def table(results, num_items) -> str:
 def main(argv):
   del argv
   logging.set_verbosity(logging.INFO)
+  start = results_lib.started()
   items = hostile_corpus.corpus(_SEED.value, _NUM_FUZZ.value)
   categories = collections.Counter(item.category for item in items)
   print(f"corpus: {len(items)} responses; " +
@@ -193,8 +194,7 @@ def main(argv):
     out["ordinary"] = run(ordinary, **settings)
     print("\nordinary responses\n" + table(out["ordinary"], len(ordinary)))
   if _OUT.value:
-    with open(_OUT.value, "w") as f:
-      json.dump(out, f, indent=2)
+    results_lib.write(_OUT.value, out, start)
 
 
 if __name__ == "__main__":

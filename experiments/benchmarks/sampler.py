@@ -8,7 +8,8 @@ warm-up call of ours (its compile time is reported separately) and one of
 transformers per PyTorch thread count (1 and all cores; the faster count is
 kept, see --torch_threads), then `--repeats` timed calls, alternating the two
 sides so that machine noise hits both; reported times are medians. Greedy
-outputs of the two sides are compared token by token.
+outputs of the two sides are compared token by token, and the run exits
+non-zero when they differ (`--min_greedy_agreement`).
 
 Needs PyTorch and transformers next to this package (they are not project
 dependencies):
@@ -36,6 +37,8 @@ import time
 from absl import app
 from absl import flags
 
+from experiments.benchmarks import results
+
 _OUT = flags.DEFINE_string("out", None, "Where to write the JSON results.", allow_override=True)
 _SIZES = flags.DEFINE_list("sizes", ["tiny", "small"], "Model presets.")
 _BATCHES = flags.DEFINE_list("batches", ["8", "64"], "Batch sizes.")
@@ -61,6 +64,10 @@ _SEGMENTED_MIN_TOKENS = flags.DEFINE_integer(
     "one segment with the full cache.")
 _DEFAULT_JOB = flags.DEFINE_bool(
     "default_job", True, "Also time tiny, B=256, 72 new tokens, sampled.")
+_MIN_GREEDY_AGREEMENT = flags.DEFINE_float(
+    "min_greedy_agreement", 1.0,
+    "Fraction of generated greedy tokens that must equal transformers'; the "
+    "benchmark exits non-zero below it.")
 
 _PAD = 0
 
@@ -73,6 +80,28 @@ def _prompts(batch, prompt_len, vocab_size, seed):
   pads = rs.randint(0, prompt_len // 3 + 1, batch)
   mask = (np.arange(prompt_len)[None] >= pads[:, None]).astype(np.int64)
   return np.where(mask == 1, tokens, _PAD), mask
+
+
+def greedy_agreement(ours_tokens, hf_tokens, prompt_len) -> float:
+  """Fraction of generated tokens ([B, P + G] each, after the P prompt
+  slots) on which the two sides' greedy outputs are equal."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  ours = np.asarray(ours_tokens)[:, prompt_len:]
+  theirs = np.asarray(hf_tokens)[:, prompt_len:]
+  if ours.shape != theirs.shape:
+    return 0.0
+  return float(np.mean(ours == theirs))
+
+
+def check_greedy_agreement(rows, minimum):
+  """Exits non-zero (`SystemExit`) naming every greedy row whose token
+  agreement with transformers is below `minimum`."""
+  bad = [f"{r['size']} B={r['batch']} G={r['new_tokens']}: "
+         f"{r['greedy_token_agreement']:.4f}" for r in rows
+         if r.get("greedy_token_agreement", 1.0) < minimum]
+  if bad:
+    raise SystemExit(f"Greedy outputs differ from transformers' (agreement "
+                     f"below {minimum}): " + "; ".join(bad))
 
 
 def _median_time(fn, repeats):
@@ -192,9 +221,8 @@ def _bench_config(ours, hf, size, batch, new_tokens, mode, vocab_size,
   row["floor_tok_s"] = generated / row["dense_floor_s"]
   row["ours_over_floor"] = row["ours_s"] / row["dense_floor_s"]
   if greedy:
-    row["greedy_token_agreement"] = float(
-        np.mean(ours_tokens[:, _PROMPT_LEN.value:] ==
-                hf_tokens[:, _PROMPT_LEN.value:]))
+    row["greedy_token_agreement"] = greedy_agreement(
+        ours_tokens, hf_tokens, _PROMPT_LEN.value)
   return row
 
 
@@ -242,6 +270,7 @@ def main(argv):
   if _SEGMENTED_MIN_TOKENS.value is not None:
     from rl_rewards.rollout import sampler  # pylint: disable=g-import-not-at-top
     sampler.SEGMENTED_DECODE_MIN_TOKENS = _SEGMENTED_MIN_TOKENS.value
+  start = results.started()
   vocab = {"tiny": _TINY_VOCAB.value, "small": _SMALL_VOCAB.value}
   rows = []
   with tempfile.TemporaryDirectory() as workdir:
@@ -263,8 +292,9 @@ def main(argv):
   print(f"\ncpus: {os.cpu_count()}")
   _print_table(rows)
   if _OUT.value:
-    with open(_OUT.value, "w") as f:
-      json.dump({"rows": rows, "cpu_count": os.cpu_count()}, f, indent=2)
+    results.write(_OUT.value, {"rows": rows, "cpu_count": os.cpu_count(),
+                               "repeats": _REPEATS.value}, start)
+  check_greedy_agreement(rows, _MIN_GREEDY_AGREEMENT.value)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,8 @@ import time
 from absl import app
 from absl import flags
 
+from experiments.benchmarks import results as results_lib
+
 # Benchmark modules share the name --out (tests import several into one
 # process), so each definition may override another.
 _OUT = flags.DEFINE_string("out", None, "Where to write the JSON results.",
@@ -680,10 +682,10 @@ def main(argv):
       "num_devices": _NUM_DEVICES.value, "peak_tflops": _PEAK_TFLOPS.value,
       "tolerance": _TOLERANCE.value,
   }
+  start = results_lib.started()
   results = run(options)
   if _OUT.value:
-    with open(_OUT.value, "w") as f:
-      json.dump(results, f, indent=2)
+    results_lib.write(_OUT.value, results, start)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,9 @@ def _hf_tokenizer(config):
   if not os.path.exists(path):
     raise config_lib.ConfigError(f"config.model: no tokenizer file {path}.")
   return tokenizer_lib.HFTokenizer(
-      path, prompt_template=config.task.prompt_template)
+      path, prompt_template=config.task.prompt_template,
+      system_prompt=config.task.system_prompt or None,
+      template_kwargs=config.task.chat_template_kwargs)
 
 
 def _model_config(config, vocab_size):
@@ -115,9 +117,11 @@ def build_context(config, workdir: str) -> context_lib.RunContext:
     # Before any data is prepared: the files disagree.
     _check_vocab(config, hf_tokenizer, _model_config(config, None))
   task = tasks_lib.make_task(config.task, config.seed, tokenizer=hf_tokenizer,
-                             workdir=workdir)
+                             workdir=workdir,
+                             eval_sets=config_lib.eval_sets(config))
   model_config = _model_config(config, task.tokenizer.vocab_size)
   _check_vocab(config, task.tokenizer, model_config)
+  task.model_vocab_size = model_config.vocab_size
   needed = config.task.max_prompt_len + config.task.max_new_tokens
   if needed > model_config.max_position_embeddings:
     raise config_lib.ConfigError(
@@ -226,6 +230,25 @@ def _diff_keys(a, b, prefix=""):
       yield f"{prefix}{key}"
 
 
+def check_stages(config, workdir: str):
+  """Raises ConfigError for what a stage would reject once the stages
+  before it had run, when the config alone decides it: bad values fail
+  before any work."""
+  stages = config_lib.stage_names(config)
+  if "sft_continue" in stages and config.sft.continue_seconds <= 0:
+    raise config_lib.ConfigError(
+        "config.sft.continue_seconds must be > 0 for the sft_continue stage.")
+  if "rl" in stages:
+    method = methods.make(config)
+    if (method.reads_step_scores and config.rl.prm_source == "model" and
+        "prm" not in stages and not config.prm.init_from):
+      raise config_lib.ConfigError(
+          f"config.rl.method={config.rl.method!r} with prm_source='model' "
+          "needs a trained verifier: add the 'labels' and 'prm' stages, or "
+          "set config.prm.init_from, or use config.rl.prm_source='oracle'.")
+  prm_stages.check_config(config, workdir)
+
+
 def run(config, workdir: str) -> dict:
   """Runs every stage of `config` in `workdir`; returns the summary dict.
 
@@ -234,6 +257,7 @@ def run(config, workdir: str) -> dict:
   """
   start = time.time()
   config_lib.validate(config)
+  check_stages(config, workdir)
   with lock_lib.hold(workdir):
     ctx = build_context(config, workdir)
     try:

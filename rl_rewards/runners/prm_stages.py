@@ -88,13 +88,54 @@ def label_dir(workdir: str) -> str:
   return os.path.join(workdir, "labels")
 
 
+def check_config(config, workdir: str):
+  """Raises ConfigError, before any stage runs, where the PRM stages would.
+
+  What the labels and prm stages would reject after the stages before them
+  had run, checked from the config alone (and the manifest of a finished
+  label set it names, never its records): `prm.label_problems` against the
+  problems the label set holds, the prm batch against its solutions per
+  problem, and that a label set exists for the prm stage to train on.
+  """
+  stages = config_lib.stage_names(config)
+  prm = config.prm
+  if "prm" not in stages or prm.init_from:
+    return
+  if "labels" in stages and not config.labels.init_from:
+    where = "config.labels.num_problems"
+    available = config.labels.num_problems
+    group_size = config.labels.samples_per_problem
+  else:
+    key = "labels.init_from" if config.labels.init_from else "stages"
+    path = label_dir(config.labels.init_from or workdir)
+    try:
+      manifest = label_store.read_manifest(path)
+    except ValueError as e:
+      raise config_lib.ConfigError(
+          f"config.{key}: the prm stage needs a complete label set: {e}"
+      ) from None
+    where = os.path.join(path, label_store.MANIFEST)
+    group_size = int(manifest["samples_per_problem"])
+    available = (int(manifest["num_solutions"]) // group_size
+                 if "num_solutions" in manifest else prm.label_problems)
+    if prm.batch_size % group_size:
+      raise config_lib.ConfigError(
+          f"config.prm.batch_size={prm.batch_size} must be a multiple of the "
+          f"label set's {group_size} solutions per problem ({where}).")
+  if prm.label_problems > available:
+    raise config_lib.ConfigError(
+        f"config.prm.label_problems={prm.label_problems}: the label set holds "
+        f"only {available} problems ({where}); use at most {available}.")
+
+
 def policy_sampler(ctx, params, *, temperature: float,
                    max_new_tokens: int = 0) -> labels_lib.PolicySampler:
   """A `PolicySampler` on the run's mesh (rows split over the data axes)."""
   task = ctx.task
   return labels_lib.PolicySampler(
-      ctx.model_config, params, eos_id=task.tokenizer.eos_id,
+      ctx.model_config, params, eos_id=task.tokenizer.stop_ids,
       pad_id=task.tokenizer.pad_id, delimiter_mask=task.delimiter_mask(),
+      num_tokens=task.tokenizer.vocab_size,
       max_new_tokens=max_new_tokens or task.max_new_tokens,
       temperature=temperature,
       place=lambda batch: mesh_lib.put_batch(batch, ctx.mesh),
@@ -458,7 +499,7 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
   arrays = training.label_arrays(
       records, prompt_width=task.max_prompt_len,
       response_budget=task.max_new_tokens, num_steps=num_steps,
-      delimiter_mask=task.delimiter_mask(), eos_id=task.tokenizer.eos_id,
+      delimiter_mask=task.delimiter_mask(), eos_id=task.tokenizer.stop_ids,
       pad_id=task.tokenizer.pad_id, target=cfg.target, prover_k=prover_k,
       progress_ratio=cfg.progress_ratio,
       drop_after_first_negative=cfg.drop_after_first_negative)

@@ -1,27 +1,154 @@
 """The sweep and compare entry points: grids, tables and curves."""
 
+import glob
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+from experiments import compare
 from rl_rewards import cli
 from rl_rewards import config_lib
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import reports
+from rl_rewards.runners import pipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+# Every config file with a grid, and the arguments that pick other grids
+# and sizes.
+SWEEP_SPECS = sorted(
+    os.path.basename(path)
+    for path in glob.glob(os.path.join(ROOT, "configs", "*.py"))
+    if "def get_sweep" in open(path, encoding="utf-8").read()) + [
+        "prm.py:sweep=budget", "prm.py:size=test,sweep=budget",
+        "prm.py:size=small,sweep=budget", "prm.py:size=test"]
 
 
-@pytest.mark.parametrize("name", ["grpo", "drgrpo", "rloo", "ppo", "prime",
-                                  "oracle", "prm", "prm.py:sweep=budget"])
-def test_every_sweep_point_is_a_valid_config(name):
-  spec = name if name.endswith("budget") else f"{name}.py"
-  points = cli.load_sweep(os.path.join(ROOT, "configs", spec))
+def test_the_configs_with_grids_are_found():
+  assert {"grpo.py", "prm.py", "pav.py"} <= set(SWEEP_SPECS)
+
+
+@pytest.mark.parametrize("spec", SWEEP_SPECS)
+def test_every_sweep_point_is_a_valid_config(spec, tmp_path):
+  # Each point applied to its config passes the config's validation and the
+  # checks a run makes before its first stage.
+  spec = os.path.join(ROOT, "configs", spec)
+  points = cli.load_sweep(spec)
   assert points
   for point in points:
-    assert all("." in key for key in point)
+    config = cli.point_config(spec, point)
+    for key, value in point.items():
+      node = config
+      for part in key.split("."):
+        node = node[part]
+      assert node == value, key
+    config_lib.validate(config)
+    pipeline.check_stages(config, str(tmp_path / cli.point_name(point)))
+
+
+def test_a_point_of_a_bad_value_fails_before_any_run(tmp_path):
+  spec = os.path.join(ROOT, "configs", "prm.py:size=test")
+  with pytest.raises(config_lib.ConfigError,
+                     match="sweep point rl.group_size=0: config.rl.group_size"):
+    cli.point_config(spec, {"rl.group_size": 0})
+  with pytest.raises(config_lib.ConfigError, match="config.rl.group_size=2.5"):
+    cli.point_config(spec, {"rl.group_size": 2.5})
+  # More problems than the label set of the test size holds (8).
+  config = cli.point_config(spec, {"prm.label_problems": 9})
+  with pytest.raises(config_lib.ConfigError,
+                     match="label_problems=9: the label set holds only 8"):
+    pipeline.check_stages(config, str(tmp_path))
+
+
+def test_a_sweep_with_failed_points_exits_non_zero_with_their_table(tmp_path):
+  # The point's config is valid, but its run stops at the mesh check (the
+  # tests' 8 devices do not make a 3-way mesh): exit 2, one error line.
+  path = tmp_path / "grid.py"
+  path.write_text(
+      "from rl_rewards import config_lib\n"
+      "def get_config(arg=None):\n"
+      "  return config_lib.apply_size(config_lib.base_config(), 'test')\n"
+      "def get_sweep():\n  return [{'mesh.data': 3}]\n")
+  root = tmp_path / "sweep"
+  result = subprocess.run(
+      [sys.executable, "-m", "experiments.sweep", f"--config={path}",
+       f"--workdir={root}"], cwd=ROOT, capture_output=True, text=True,
+      timeout=300)
+  assert result.returncode == 1, result.stderr
+  row = ("| mesh.data=3 | 2 | error: config.mesh: axis sizes {'data': 3, "
+         "'fsdp': 1, 'tensor': 1} multiply to 3,")
+  assert "1 of 1 points failed" in result.stdout
+  assert row in result.stdout
+  assert row in (root / "sweep.md").read_text()
+
+
+def test_a_sweep_with_a_bad_point_fails_before_any_run(tmp_path):
+  path = tmp_path / "grid.py"
+  path.write_text(
+      "from rl_rewards import config_lib\n"
+      "def get_config(arg=None):\n"
+      "  config = config_lib.apply_size(config_lib.base_config(), 'test')\n"
+      "  config.stages = 'sft,labels,prm'\n"
+      "  return config\n"
+      "def get_sweep():\n"
+      "  return [{'rl.steps': 3}, {'prm.label_problems': 64}]\n")
+  root = tmp_path / "sweep"
+  result = subprocess.run(
+      [sys.executable, "-m", "experiments.sweep", f"--config={path}",
+       f"--workdir={root}"], cwd=ROOT, capture_output=True, text=True,
+      timeout=300)
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines() == [
+      "error: sweep point prm.label_problems=64: config.prm.label_problems="
+      "64: the label set holds only 8 problems (config.labels.num_problems); "
+      "use at most 8."]
+  assert not root.exists()  # Not even the valid point ran.
+
+
+def test_the_last_error_line_of_a_log_is_its_runs_own(tmp_path):
+  log = tmp_path / "log.txt"
+  log.write_text("error: an earlier run's\n")
+  offset = os.path.getsize(log)
+  with open(log, "a") as f:
+    f.write("step 1\nerror: config.x: bad.\nwall time 3 s\n\n")
+  assert cli.last_error_line(str(log), offset) == "error: config.x: bad."
+  with open(log, "a") as f:
+    f.write("Traceback (most recent call last):\n  ...\nKeyError: 'k'\n")
+  offset2 = offset + len("step 1\nerror: config.x: bad.\nwall time 3 s\n\n")
+  assert cli.last_error_line(str(log), offset2) == "KeyError: 'k'"
+  assert cli.last_error_line(str(tmp_path / "none.txt")) == ""
+  assert cli.failure_table([("a=1", 2, "error: x | y")]) == (
+      "| run | exit | last error line |\n|---|---|---|\n"
+      "| a=1 | 2 | error: x \\| y |")
+
+
+def test_compare_reports_every_failed_run_with_its_error_line(
+    tmp_path, monkeypatch):
+  def fake_subprocess_run(args, stdout, **kwargs):
+    del kwargs
+    name = os.path.basename(args[args.index("-m") + 3].split("=", 1)[1])
+    if name in ("labels", "grpo"):
+      stdout.write(f"[{name}] step 1\nerror: {name} went wrong.\n")
+      stdout.flush()
+      return subprocess.CompletedProcess(args, 2 if name == "labels" else 1)
+    os.makedirs(os.path.join(str(tmp_path), name), exist_ok=True)
+    metrics_lib.write_json_atomic(
+        os.path.join(str(tmp_path), name, metrics_lib.SUMMARY_FILE), {})
+    return subprocess.CompletedProcess(args, 0)
+  monkeypatch.setattr(compare.subprocess, "run", fake_subprocess_run)
+  needs = {"sft": [], "labels": ["sft"], "grpo": ["sft"], "pav": ["labels"]}
+  with pytest.raises(compare.RunsFailed) as raised:
+    compare.run_all(_fake_runs(tmp_path, compare, needs), jobs=2)
+  failed = {os.path.basename(w): (e.status, e.last_line)
+            for w, e in raised.value.failures}
+  assert failed == {"labels": (2, "error: labels went wrong."),
+                    "grpo": (1, "error: grpo went wrong.")}
+  table = raised.value.table()
+  assert f"| {tmp_path / 'labels'} | 2 | error: labels went wrong. |" in table
+  assert not (tmp_path / "pav").exists()  # It needs the failed label set.
 
 
 def test_sweep_with_an_unknown_key_fails(tmp_path):
@@ -49,6 +176,11 @@ def test_the_budget_grid_sets_each_kinds_own_keys():
     assert point["prm.value_weight"] == (0.0 if generative else 1.0)
     assert point["prm.drop_after_first_negative"] == (
         point["prm.target"] in ("hard", "progress"))
+  # At the test size the grid, and the label set its points make, stay the
+  # test size's: 8 problems.
+  spec = os.path.join(ROOT, "configs", "prm.py:size=test,sweep=budget")
+  assert {p["prm.label_problems"] for p in cli.load_sweep(spec)} == {2, 4, 8}
+  assert cli.load_config_file(spec).labels.num_problems == 8
   config = cli.load_config_file(
       os.path.join(ROOT, "configs", "prm.py:labels=runs/l"))
   assert config.stages == "sft,prm,prm_eval"
@@ -232,7 +364,6 @@ def test_bootstrap_interval_brackets_the_mean():
 
 
 def test_compare_knows_its_methods_and_their_shared_costs():
-  compare = pytest.importorskip("experiments.compare")
   assert compare.method_spec("pav_gen") == ("pav", "verifier=generative", (),
                                             "pav_gen")
   assert compare.method_spec("rloo")[3] is None
@@ -249,7 +380,6 @@ def test_compare_knows_its_methods_and_their_shared_costs():
 
 
 def test_a_seeds_plan_orders_each_run_after_what_it_needs(tmp_path):
-  compare = pytest.importorskip("experiments.compare")
   root = str(tmp_path)
   runs = compare.plan_seed(root, 1, ["grpo", "pav", "tp_grpo", "sft_continue"],
                            size="test", regime="long_sparse", overrides=["x=1"],
@@ -305,7 +435,6 @@ def _fake_train(log, lock, fail=(), meet=(), barrier=None):
 
 def test_runs_start_only_after_what_they_need_and_run_side_by_side(tmp_path):
   import threading  # pylint: disable=g-import-not-at-top
-  compare = pytest.importorskip("experiments.compare")
   needs = {"sft": [], "labels": ["sft"], "prm": ["labels"], "grpo": ["sft"],
            "pav": ["sft", "prm"], "cont": ["grpo"]}
   runs = _fake_runs(tmp_path, compare, needs)
@@ -326,7 +455,6 @@ def test_runs_start_only_after_what_they_need_and_run_side_by_side(tmp_path):
 
 def test_one_job_runs_in_the_given_order(tmp_path):
   import threading  # pylint: disable=g-import-not-at-top
-  compare = pytest.importorskip("experiments.compare")
   needs = {"sft": [], "b": ["sft"], "a": ["sft"], "c": []}
   log, lock = [], threading.Lock()
   compare.run_all(_fake_runs(tmp_path, compare, needs), jobs=1,
@@ -337,7 +465,6 @@ def test_one_job_runs_in_the_given_order(tmp_path):
 
 def test_a_failed_run_stops_what_needs_it_and_is_raised(tmp_path):
   import threading  # pylint: disable=g-import-not-at-top
-  compare = pytest.importorskip("experiments.compare")
   needs = {"sft": [], "labels": ["sft"], "pav": ["labels"], "grpo": ["sft"]}
   log, lock = [], threading.Lock()
   with pytest.raises(RuntimeError, match="labels failed"):
@@ -353,7 +480,6 @@ def test_a_failed_run_stops_what_needs_it_and_is_raised(tmp_path):
 
 
 def test_a_run_needing_an_unplanned_run_is_refused(tmp_path):
-  compare = pytest.importorskip("experiments.compare")
   runs = _fake_runs(tmp_path, compare, {"pav": ["prm"]})
   with pytest.raises(ValueError, match="needs .*prm, which is neither"):
     compare.run_all(runs, jobs=2, train=lambda run: None)
@@ -450,7 +576,6 @@ def test_verifier_statistics_average_each_verifier_over_its_seeds(tmp_path):
           "–, –) | – | – |") in table
   assert ("| prm_step | generative, progress | 0.70 (0.60, 0.70, 0.80, –) | "
           "0.40 (0.50, 0.30, –, –) | 0.90 (0.90, 0.90, 0.90, –) |") in table
-  compare = pytest.importorskip("experiments.compare")
   assert compare.verifier_dirs(["grpo", "tp_grpo", "pav", "pure",
                                 "sft_continue"]) == ["prm_soft", "prm_step"]
 
