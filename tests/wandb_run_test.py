@@ -115,7 +115,10 @@ def test_enabling_wandb_on_resume_sends_the_history(tmp_path, fake_wandb):
 
 
 def test_offline_run_resumes_the_same_id(tmp_path, monkeypatch):
-  pytest.importorskip("wandb")
+  wandb = pytest.importorskip("wandb")
+  # W&B reads its directories from the environment once per process, at
+  # its first setup: an earlier test's run would send these runs elsewhere.
+  wandb.teardown()
   for name in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR",
                "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
     path = tmp_path / name.lower()
