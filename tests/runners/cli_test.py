@@ -94,6 +94,7 @@ def _no_wandb_login(monkeypatch, tmp_path):
     monkeypatch.delenv(name, raising=False)
   monkeypatch.setenv("HOME", str(tmp_path / "home"))
   monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config"))
+  monkeypatch.setenv("WANDB_DIR", str(tmp_path))  # Not the working directory.
   monkeypatch.setenv("NETRC", str(tmp_path / "no_netrc"))
 
 
