@@ -686,6 +686,19 @@ def main(argv):
   results = run(options)
   if _OUT.value:
     results_lib.write(_OUT.value, results, start)
+  check_loss_agreement(results["rows"])
+
+
+def check_loss_agreement(rows):
+  """Exits non-zero when a side-by-side row's first-step losses disagree:
+  the two sides then did not run the same step, and its speed ratio means
+  nothing."""
+  disagree = [f"{r['step']} {r['batch']}x{r['seq_len']}" for r in rows
+              if not r.get("first_step_losses_agree", True)]
+  if disagree:
+    raise SystemExit(
+        f"First-step losses of ours and PyTorch's disagree beyond a relative "
+        f"{rows[0]['loss_tolerance']:.0e} on: {', '.join(disagree)}.")
 
 
 if __name__ == "__main__":

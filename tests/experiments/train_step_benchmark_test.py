@@ -73,6 +73,20 @@ def test_loss_agreement_detects_a_difference():
   assert differ["first_step_loss_abs_diff"] == pytest.approx(0.01)
 
 
+def test_a_loss_disagreement_exits_non_zero():
+  ours = [{"loss": 1.0}, {"loss": 0.9}]
+  rows = [dict(step="sft", batch=8, seq_len=32, **train_step.loss_agreement(
+      ours, [{"loss": 1.0 + 1e-6}, {"loss": 0.9}], 1e-4))]
+  train_step.check_loss_agreement(rows)               # Agrees: returns.
+  train_step.check_loss_agreement([{"step": "sft"}])  # Ours only: nothing.
+  rows.append(dict(step="policy", batch=4, seq_len=128,
+                   **train_step.loss_agreement(
+                       ours, [{"loss": 1.01}, {"loss": 0.9}], 1e-4)))
+  with pytest.raises(SystemExit, match="policy 4x128") as stopped:
+    train_step.check_loss_agreement(rows)
+  assert "sft" not in str(stopped.value)
+
+
 def test_policy_step_traces_at_the_qwen_half_billion_shape():
   cfg = train_step.model_config("qwen0.5b", 0, "bfloat16", 1024)
   mesh = mesh_lib.make_mesh({"data": -1, "fsdp": 1, "tensor": 1})
