@@ -18,16 +18,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from tokenizers import Tokenizer
-from tokenizers import models as tok_models
-from tokenizers import pre_tokenizers
-from tokenizers import trainers
 
 from rl_rewards import cli
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import models
 from rl_rewards.models import hf as hf_lib
 from rl_rewards.runners import pipeline
+from tests.runners import gsm8k_files
 from tests.tasks import chat_templates
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -93,21 +90,6 @@ FAMILIES = {
         ["<eos>", "<end_of_turn>"]),
 }
 
-_ROWS = [
-    {"question": f"Tom has {a} apples and buys {b} more. How many now?",
-     "answer": f"He has {a} + {b} = {a + b} apples.\n\n#### {a + b}"}
-    for a, b in [(2, 3), (4, 1), (5, 5), (7, 2), (1, 1), (3, 6), (8, 1),
-                 (2, 2), (6, 3), (9, 0)]]
-
-
-def _tokenizer(specials):
-  tokenizer = Tokenizer(tok_models.WordLevel(unk_token="<unk>"))
-  tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-  trainer = trainers.WordLevelTrainer(special_tokens=specials + ["<unk>"])
-  corpus = [r["question"] + r["answer"] for r in _ROWS] + [
-      "0123456789 +-=#\n system user assistant model Be brief ."]
-  tokenizer.train_from_iterator(corpus, trainer)
-  return tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -115,17 +97,19 @@ def data(tmp_path_factory):
   root = tmp_path_factory.mktemp("parquet")
   train = root / "train"
   train.mkdir()
-  for shard, rows in enumerate((_ROWS[:4], _ROWS[4:8])):
+  for shard, rows in enumerate((gsm8k_files.ROWS[:4], gsm8k_files.ROWS[4:8])):
     pq.write_table(pa.Table.from_pylist(rows),
                    str(train / f"train-{shard:05d}-of-00002.parquet"))
   evalf = root / "test.parquet"
-  pq.write_table(pa.Table.from_pylist(_ROWS[8:]), str(evalf))
+  pq.write_table(pa.Table.from_pylist(gsm8k_files.ROWS[8:]), str(evalf))
   return {"train": str(train), "eval": str(evalf)}
 
 
 def _checkpoint(root, family):
   hf_config, specials, template, end_of_turn, stops = FAMILIES[family]
-  tokenizer = _tokenizer(specials)
+  tokenizer = gsm8k_files.word_level_tokenizer(
+      specials + ["<unk>"],
+      "0123456789 +-=#\n system user assistant model Be brief .")
   checkpoint = root / family
   checkpoint.mkdir()
   tokenizer.save(str(checkpoint / "tokenizer.json"))

@@ -13,10 +13,6 @@ import os
 import jax
 import numpy as np
 import pytest
-from tokenizers import Tokenizer
-from tokenizers import models as tok_models
-from tokenizers import pre_tokenizers
-from tokenizers import trainers
 
 from rl_rewards import cli
 from rl_rewards import config_lib
@@ -24,6 +20,7 @@ from rl_rewards import errors
 from rl_rewards import models
 from rl_rewards.runners import evaluation
 from rl_rewards.runners import pipeline
+from tests.runners import gsm8k_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 PADDING_ROWS = 6
@@ -34,27 +31,17 @@ CHATML = (
     "{%- endfor %}\n"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
     "{%- endif %}")
-_LINES = [
-    {"question": f"Tom has {a} apples and buys {b} more. How many now?",
-     "answer": f"He has {a} + {b} = {a + b} apples.\n\n#### {a + b}"}
-    for a, b in [(2, 3), (4, 1), (5, 5), (7, 2), (1, 1), (3, 6), (8, 1),
-                 (2, 2), (6, 3), (9, 0)]]
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
   root = tmp_path_factory.mktemp("chat")
   train, evalf = root / "train.jsonl", root / "test.jsonl"
-  train.write_text("".join(json.dumps(l) + "\n" for l in _LINES[:8]))
-  evalf.write_text("".join(json.dumps(l) + "\n" for l in _LINES[8:]))
-  tokenizer = Tokenizer(tok_models.WordLevel(unk_token="<unk>"))
-  tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-  trainer = trainers.WordLevelTrainer(
-      special_tokens=["<|endoftext|>", "<unk>", "<|im_start|>",
-                      "<|im_end|>"])
-  corpus = [l["question"] + l["answer"] for l in _LINES] + [
-      "0123456789 +-=#\n system user assistant Be brief ."]
-  tokenizer.train_from_iterator(corpus, trainer)
+  train.write_text("".join(json.dumps(l) + "\n" for l in gsm8k_files.ROWS[:8]))
+  evalf.write_text("".join(json.dumps(l) + "\n" for l in gsm8k_files.ROWS[8:]))
+  tokenizer = gsm8k_files.word_level_tokenizer(
+      ["<|endoftext|>", "<unk>", "<|im_start|>", "<|im_end|>"],
+      "0123456789 +-=#\n system user assistant Be brief .")
   checkpoint = root / "checkpoint"
   checkpoint.mkdir()
   tokenizer.save(str(checkpoint / "tokenizer.json"))

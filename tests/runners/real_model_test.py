@@ -14,24 +14,16 @@ import jax
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from tokenizers import Tokenizer
-from tokenizers import models as tok_models
-from tokenizers import pre_tokenizers
-from tokenizers import trainers
 
 from rl_rewards import cli
 from rl_rewards import config_lib
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import models
 from rl_rewards.runners import pipeline
+from tests.runners import gsm8k_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
-_LINES = [
-    {"question": f"Tom has {a} apples and buys {b} more. How many now?",
-     "answer": f"He has {a} + {b} = {a + b} apples.\n\n#### {a + b}"}
-    for a, b in [(2, 3), (4, 1), (5, 5), (7, 2), (1, 1), (3, 6), (8, 1),
-                 (2, 2), (6, 3), (9, 0)]]
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +31,10 @@ def files(tmp_path_factory):
   root = tmp_path_factory.mktemp("real")
   train, evalf = root / "train", root / "test.jsonl"
   train.mkdir()
-  for shard, lines in enumerate((_LINES[:5], _LINES[5:8])):
+  for shard, lines in enumerate((gsm8k_files.ROWS[:5], gsm8k_files.ROWS[5:8])):
     pq.write_table(pa.Table.from_pylist(lines),
                    str(train / f"train-{shard:05d}-of-00002.parquet"))
-  evalf.write_text("\n".join(json.dumps(l) for l in _LINES[8:]) + "\n")
+  evalf.write_text("\n".join(json.dumps(l) for l in gsm8k_files.ROWS[8:]) + "\n")
   math500 = root / "math500.jsonl"
   math500.write_text("".join(json.dumps(
       {"problem": f"What is {a} + {b}?", "solution": f"\\boxed{{{a + b}}}",
@@ -51,15 +43,10 @@ def files(tmp_path_factory):
   pq.write_table(pa.Table.from_pylist([
       {"ID": f"2024-I-{i}", "Problem": f"Tom has {i} apples. How many now?",
        "Solution": "", "Answer": i} for i in (3, 7)]), str(aime))
-  tokenizer = Tokenizer(tok_models.WordLevel(unk_token="<unk>"))
-  tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-  trainer = trainers.WordLevelTrainer(
-      special_tokens=["<|endoftext|>", "<unk>", "<|im_start|>",
-                      "<|im_end|>"])
-  corpus = [l["question"] + l["answer"] for l in _LINES] + [
+  tokenizer = gsm8k_files.word_level_tokenizer(
+      ["<|endoftext|>", "<unk>", "<|im_start|>", "<|im_end|>"],
       "0123456789 +-=#\n\\boxed{} Please reason step by step, and put your "
-      "final answer within system user assistant"]
-  tokenizer.train_from_iterator(corpus, trainer)
+      "final answer within system user assistant")
   checkpoint = root / "checkpoint"
   checkpoint.mkdir()
   tokenizer.save(str(checkpoint / "tokenizer.json"))
@@ -120,7 +107,7 @@ def test_missing_data_file_is_a_clear_error(files, tmp_path):
 
 def test_malformed_jsonl_names_file_and_line(files, tmp_path):
   bad = tmp_path / "bad.jsonl"
-  bad.write_text(json.dumps(_LINES[0]) + "\n{not json\n")
+  bad.write_text(json.dumps(gsm8k_files.ROWS[0]) + "\n{not json\n")
   config = _config(files)
   config.task.train_path = str(bad)
   with pytest.raises(ValueError, match="bad.jsonl:2"):
