@@ -32,7 +32,10 @@ latest checkpoint (parameters, optimizer state, counters), the label files,
 every metrics.jsonl record in order, the stage done markers and summary.json,
 ignoring only wall-clock keys (`time`, `time/*`, `perf/*`, seconds)
 and the label set's path.
-Writes `faults.json` (every kill and trial) and `faults.md` (the tables).
+Writes `faults.json` (every kill and trial) and `faults.md` (the tables) to
+`--out`; with `--results=docs/results/faults.json`, also the summary the
+published tables are rendered from (`summary`: one row for the run, one per
+stage killed in), with its provenance.
 """
 
 import json
@@ -355,6 +358,40 @@ def run_trial(index, rng, config, out, env, reference, *, first_kind,
           "exact": not diffs, "diffs": diffs, "locks_taken_over": took_over}
 
 
+def summary(result: dict) -> dict:
+  """The published tables' data: the run's exact resumes, then per stage.
+
+  `runs` holds one row (kills, trials, trials and kills that resumed
+  exactly); `by_stage` one row per stage a kill interrupted, in pipeline
+  order: its kills, how many left a partial checkpoint, label shard or
+  metrics line, and how many of those kills were in exact trials
+  (`exact_trials` / `trials` count kills, as the table's "trials exact").
+  """
+  trials = result["trials"]
+  kills = [k for t in trials for k in t["kills"]]
+  exact_kills = [k for t in trials if t["exact"] for k in t["kills"]]
+  mode = "asynchronous" if result["async_save"] else "synchronous"
+  runs = [{"run": f"{mode} checkpoints, {result['config']}",
+           "kills": len(kills), "trials": len(trials),
+           "exact_trials": sum(bool(t["exact"]) for t in trials),
+           "exact_kills": len(exact_kills)}]
+  by_stage = []
+  for stage in STAGES + ("summary",):
+    ks = [k for k in kills if k["stage"] == stage]
+    if not ks:
+      continue
+    by_stage.append({
+        "stage": stage, "kills": len(ks),
+        "partial_checkpoint": sum(bool(k["partial_checkpoint"]) for k in ks),
+        "partial_shard": sum(bool(k["partial_shard"]) for k in ks),
+        "torn_metrics": sum(bool(k["torn_metrics_line"]) for k in ks),
+        "exact_trials": sum(1 for k in exact_kills if k["stage"] == stage),
+        "trials": len(ks)})
+  return {"runs": runs, "by_stage": by_stage,
+          "reference_seconds": result["reference_seconds"],
+          "seconds": result["seconds"]}
+
+
 def tables(result: dict) -> str:
   """Markdown: kills per stage and per kind, exact resumes."""
   trials = result["trials"]
@@ -397,6 +434,9 @@ def tables(result: dict) -> str:
 _CONFIG = flags.DEFINE_string("config", "configs/default.py:size=test",
                               "The pipeline's config (all four stages).")
 _OUT = flags.DEFINE_string("out", "runs/faults", "Output directory.", allow_override=True)
+_RESULTS = flags.DEFINE_string(
+    "results", "", "Also write the published tables' summary here "
+    "(docs/results/faults.json), with its provenance.")
 _KILLS = flags.DEFINE_integer("kills", 50, "Stop after this many kills.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the kill plans.", allow_override=True)
 _ASYNC = flags.DEFINE_bool("async_save", False,
@@ -442,6 +482,8 @@ def main(argv):
             "windows": reference["windows"], "trials": trials,
             "kills": total, "seconds": time.time() - start}
   results_lib.write(os.path.join(out, "faults.json"), result, start_info)
+  if _RESULTS.value:
+    results_lib.write(_RESULTS.value, summary(result), start_info)
   text = tables(result)
   with open(os.path.join(out, "faults.md"), "w") as f:
     f.write(text + "\n")

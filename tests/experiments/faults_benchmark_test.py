@@ -7,6 +7,7 @@ import random
 import pytest
 
 from experiments.benchmarks import faults
+from experiments.benchmarks import results
 
 
 def _workdir(path, loss=1.0, seconds=3.0):
@@ -117,3 +118,38 @@ def test_sigkill_at_named_points_resumes_exactly(tmp_path, async_save):
                            again=0.0, extra=extra)
   assert trial["exact"], trial["diffs"]
   assert trial["locks_taken_over"] == 1
+
+
+def _kill(stage, *, checkpoint=False, shard=False, torn=False):
+  return {"stage": stage, "partial_checkpoint": checkpoint,
+          "partial_shard": shard, "torn_metrics_line": torn}
+
+
+def test_summary_counts_kills_per_stage_and_renders_the_tables():
+  # Trial 0: two kills (sft, then rl), exact; trial 1: one labels kill that
+  # left a partial shard, not exact; trial 2: one sft kill with a torn line.
+  result = {"config": "configs/default.py:size=test", "async_save": False,
+            "reference_seconds": 50.0, "seconds": 600.0, "trials": [
+                {"exact": True, "kills": [_kill("sft", checkpoint=True),
+                                          _kill("rl")]},
+                {"exact": False, "kills": [_kill("labels", shard=True)]},
+                {"exact": True, "kills": [_kill("sft", torn=True)]}]}
+  s = faults.summary(result)
+  assert s["runs"] == [{"run": "synchronous checkpoints, "
+                               "configs/default.py:size=test", "kills": 4,
+                        "trials": 3, "exact_trials": 2, "exact_kills": 3}]
+  assert s["by_stage"] == [
+      {"stage": "sft", "kills": 2, "partial_checkpoint": 1, "partial_shard": 0,
+       "torn_metrics": 1, "exact_trials": 2, "trials": 2},
+      {"stage": "labels", "kills": 1, "partial_checkpoint": 0,
+       "partial_shard": 1, "torn_metrics": 0, "exact_trials": 0, "trials": 1},
+      {"stage": "rl", "kills": 1, "partial_checkpoint": 0, "partial_shard": 0,
+       "torn_metrics": 0, "exact_trials": 1, "trials": 1}]
+  data = dict(s, provenance={
+      "revision": "0123456789", "uncommitted_changes": False,
+      "date": "2026-11-27T00:00:00+00:00",
+      "machine": {"cpu": "cpu", "cores": 2, "python": "3.11"},
+      "load_average_start": [1.0], "load_average_end": [2.0]})
+  blocks = results.render("faults", data)
+  assert "| 4 | 3 | 2/3 trials (3/4 kills) |" in blocks[0]
+  assert "| labels | 1 | 0 | 1 | 0 | 0/1 |" in blocks[1]
