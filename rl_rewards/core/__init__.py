@@ -12,15 +12,27 @@ Modules: `masking` (masked statistics), `segments` (token <-> step),
 REINFORCE++, GRPO with process supervision), `process` (PAV progress,
 Clip/Delta, thought merging), `pure` (PURE), `prime` (PRIME, implicit PRM),
 `losses` (PPO policy/value losses, KL, aggregation, implicit-PRM losses),
-`thoughts` (TP-GRPO thought-level, capability-adaptive process rewards).
+`thoughts` (TP-GRPO thought-level, capability-adaptive process rewards),
+`filters` (PROF consistency filtering), `gated_rewards` (Posterior-GRPO,
+Trust-GRPO), `critiques` (CAPO, FAPO), `mrt` (MRT progress bonus).
 """
 
 from rl_rewards.core.advantages import grpo_process_advantages
+from rl_rewards.core.advantages import process_ppo_advantages
+from rl_rewards.core.advantages import process_token_rewards
 from rl_rewards.core.advantages import group_advantages
 from rl_rewards.core.advantages import group_reduce
 from rl_rewards.core.advantages import group_statistics
 from rl_rewards.core.advantages import reinforce_plus_plus
 from rl_rewards.core.advantages import reinforce_plus_plus_baseline
+from rl_rewards.core.critiques import capo_token_rewards
+from rl_rewards.core.critiques import fapo_rewards
+from rl_rewards.core.critiques import vote_wrong_steps
+from rl_rewards.core.filters import kept_group_advantages
+from rl_rewards.core.filters import prof_keep_mask
+from rl_rewards.core.filters import prof_scores
+from rl_rewards.core.gated_rewards import posterior_rewards
+from rl_rewards.core.gated_rewards import trust_weighted_rewards
 from rl_rewards.core.losses import aggregate_loss
 from rl_rewards.core.losses import clipped_surrogate_loss
 from rl_rewards.core.losses import implicit_prm_ce_loss
@@ -37,6 +49,9 @@ from rl_rewards.core.masking import masked_mean
 from rl_rewards.core.masking import masked_sum
 from rl_rewards.core.masking import masked_var
 from rl_rewards.core.masking import masked_whiten
+from rl_rewards.core.mrt import mrt_advantages
+from rl_rewards.core.mrt import mrt_progress
+from rl_rewards.core.mrt import termination_advantages
 from rl_rewards.core.prime import implicit_q_values
 from rl_rewards.core.prime import implicit_step_rewards
 from rl_rewards.core.prime import implicit_token_rewards
@@ -87,11 +102,13 @@ __all__ = (
     "best_of_k",
     "broadcast_to_tokens",
     "capability_adaptive_weight",
+    "capo_token_rewards",
     "clip_step_rewards",
     "clipped_surrogate_loss",
     "delta_step_rewards",
     "discounted_returns",
     "effective_step_rewards",
+    "fapo_rewards",
     "gae",
     "group_accuracy",
     "group_advantages",
@@ -106,6 +123,7 @@ __all__ = (
     "implicit_q_values",
     "implicit_step_rewards",
     "implicit_token_rewards",
+    "kept_group_advantages",
     "kl_divergence",
     "last_valid_index",
     "LOSS_AGG_MODES",
@@ -118,13 +136,20 @@ __all__ = (
     "merge_steps_by_label",
     "min_form_returns",
     "min_form_step_rewards",
+    "mrt_advantages",
+    "mrt_progress",
     "num_steps_per_row",
     "outcome_token_rewards",
     "pav_advantages",
     "policy_loss",
+    "posterior_rewards",
     "prime_advantages",
     "prime_batch_norm",
     "prime_rloo",
+    "process_ppo_advantages",
+    "process_token_rewards",
+    "prof_keep_mask",
+    "prof_scores",
     "progress",
     "pure_advantages",
     "pure_normalize",
@@ -141,10 +166,13 @@ __all__ = (
     "step_token_counts",
     "steps_to_end_tokens",
     "steps_to_tokens",
+    "termination_advantages",
     "thought_rewards",
     "Thoughts",
     "token_min_form_returns",
     "tokens_to_steps",
     "tp_grpo_advantages",
+    "trust_weighted_rewards",
     "value_loss",
+    "vote_wrong_steps",
 )

@@ -1,5 +1,5 @@
-"""Outcome and group baselines: GRPO, Dr. GRPO, RLOO, REINFORCE++, and GRPO
-with process supervision.
+"""Outcome and group baselines: GRPO, Dr. GRPO, RLOO, REINFORCE++, GRPO
+with process supervision, and step-by-step PPO with PRM step rewards.
 
 Groups: the n = `group_size` samples of a prompt are contiguous in the batch,
 so group statistics are a reshape of [B] to [B // n, n]; B % n == 0 is
@@ -258,3 +258,75 @@ def grpo_process_advantages(step_rewards, step_mask, step_ids,
 def _safe_div(numerator, denominator):
   safe = jnp.where(denominator > 0, denominator, 1)
   return jnp.where(denominator > 0, numerator / safe, 0)
+
+
+def process_token_rewards(step_rewards, step_ids, response_mask,
+                          outcome_scores=None, *, outcome_coef=1.0,
+                          extra_token_rewards=None) -> jnp.ndarray:
+  """Dense token rewards of step-by-step PPO (Math-Shepherd, arXiv
+  2312.08935; Let's Reinforce Step by Step, arXiv 2311.05821).
+
+    R_{b,t} = Σ_k r_{b,k}·1[t = e_{b,k}] + c·s_b·1[t = t_b^last] + x_{b,t},
+
+  each PRM step reward on its step's last token, the outcome (if any) on
+  the last valid token — which is also the final step's end, so the two
+  add there — and extra per-token terms (e.g. −β·KL). Only valid tokens
+  carry rewards; step ids off the response are ignored.
+
+  Args:
+    step_rewards: [B, S] PRM step rewards r_k (invalid steps ignored).
+    step_ids: [B, T] int step ids, −1 off the response.
+    response_mask: [B, T] response mask.
+    outcome_scores: optional [B] verifier outcome s_b.
+    outcome_coef: c.
+    extra_token_rewards: optional [B, T] added on valid tokens.
+
+  Returns:
+    [B, T] token rewards, 0 on invalid tokens.
+  """
+  fn = "process_token_rewards"
+  mask = _checks.as_mask(response_mask, "response_mask", fn)
+  ids = _checks.as_int(step_ids, "step_ids", fn)
+  _checks.check_rank(mask, 2, "response_mask", fn, "[B, T]")
+  _checks.check_same_shape([ids, mask], ["step_ids", "response_mask"], fn)
+  ids = jnp.where(mask, ids, -1)
+  rewards = segments.steps_to_end_tokens(step_rewards, ids)
+  if outcome_scores is not None:
+    rewards = rewards + outcome_coef * segments.outcome_token_rewards(
+        outcome_scores, mask)
+  if extra_token_rewards is not None:
+    extra = _checks.as_float(extra_token_rewards, "extra_token_rewards", fn)
+    _checks.check_same_shape([extra, mask],
+                             ["extra_token_rewards", "response_mask"], fn)
+    rewards = rewards + extra
+  return jnp.where(mask, rewards, 0)
+
+
+def process_ppo_advantages(step_rewards, step_ids, response_mask, values, *,
+                           gamma, lam, outcome_scores=None, outcome_coef=1.0,
+                           extra_token_rewards=None):
+  """PPO with PRM step rewards: `process_token_rewards`, then token GAE.
+
+    δ_t = R_t + γ·V_{t'} − V_t,   A_t = δ_t + γλ·A_{t'}   (`returns.gae`).
+
+  Raw advantages; whiten with `masking.masked_whiten` as verl does.
+
+  Args:
+    step_rewards: [B, S] PRM step rewards.
+    step_ids: [B, T] int step ids.
+    response_mask: [B, T] response mask.
+    values: [B, T] critic values V_t.
+    gamma: γ.
+    lam: GAE λ.
+    outcome_scores: optional [B] outcome on the last token.
+    outcome_coef: weight of the outcome.
+    extra_token_rewards: optional [B, T] (e.g. −β·KL).
+
+  Returns:
+    (advantages [B, T], returns [B, T]).
+  """
+  rewards = process_token_rewards(
+      step_rewards, step_ids, response_mask, outcome_scores,
+      outcome_coef=outcome_coef, extra_token_rewards=extra_token_rewards)
+  return returns_lib.gae(rewards, values, response_mask, gamma=gamma,
+                         lam=lam)
