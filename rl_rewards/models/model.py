@@ -97,19 +97,26 @@ def _module(cfg, heads=("lm",)):
 
 
 def attention_masks(cfg: config_lib.ModelConfig, query_slot: Array,
-                    key_slot: Array, key_valid: Array) -> dict:
+                    key_slot: Array, key_valid: Array,
+                    query_position: Optional[Array] = None,
+                    key_position: Optional[Array] = None) -> dict:
   """The attention mask of each layer type in use, by slot index.
 
   full[b, t, s]    = key_slot[s] <= query_slot[t]  and  key_valid[b, s]
   sliding[b, t, s] = full[b, t, s]  and  query_slot[t] − key_slot[s] < W
 
   with W = `cfg.sliding_window` (Hugging Face's `sliding_window_overlay`).
+  With positions, the window is measured in positions instead,
+  query_position[b, t] − key_position[b, s] < W, which differs from the
+  slot distance only in rows with empty slots between valid ones.
 
   Args:
     cfg: the model configuration (`attention_kinds`, `sliding_window`).
     query_slot: [T] int slot of each query token.
     key_slot: [S] int slot of each key.
     key_valid: [B, S] bool, True on keys that hold a real token.
+    query_position: optional [B, T] position of each query token.
+    key_position: optional [B, S] position of each key (both or neither).
 
   Returns:
     {layer type: [B, T, S] bool} for every type in `cfg.attention_kinds`.
@@ -118,7 +125,11 @@ def attention_masks(cfg: config_lib.ModelConfig, query_slot: Array,
   full = (distance >= 0)[None] & key_valid[:, None, :]
   masks = {}
   for kind in cfg.attention_kinds:
-    if kind == "sliding":
+    if kind == "sliding" and query_position is not None:
+      masks[kind] = full & (
+          query_position[:, :, None] - key_position[:, None, :] <
+          cfg.sliding_window)
+    elif kind == "sliding":
       masks[kind] = full & (distance < cfg.sliding_window)[None]
     else:
       masks[kind] = full
@@ -393,6 +404,66 @@ def repeat_cache(cache: KVCache, repeats: int) -> KVCache:
                  key_mask=jnp.repeat(cache.key_mask, repeats, axis=0))
 
 
+def repack_cache(cache: KVCache, end, max_len: Optional[int] = None
+                 ) -> KVCache:
+  """Each row's valid slots moved, in order, to end just before slot `end`.
+
+  With n_b valid slots in row b (`key_mask`) at slots s_0 < ... < s_{n_b-1},
+  the result holds slot s_j's keys and values at slot end − n_b + j, and
+  every other slot is empty (key_mask False):
+
+    out.key_mask[b, s] = end − n_b <= s < end
+
+  the layout that prefilling a left-padded prompt of width `end` leaves, so
+  every row can go on at cache_index = end with positions n_b. Keys are
+  stored after RoPE and attention masks by slot order, which is kept, so the
+  row's attention is unchanged (a row with holes — slots written while it
+  was done — becomes contiguous again, which sliding-window layers need:
+  they mask by slot distance). A row with more than `end` valid slots keeps
+  its last `end`. Either layout; jitted once per (cache shape, max_len),
+  `end` may vary freely.
+
+  Args:
+    cache: a `KVCache`.
+    end: int or int32 scalar in [0, max_len], the slot after the last kept
+      slot of every row.
+    max_len: slots of the result (default `cache.max_len`): a cache may be
+      repacked into a smaller or larger one.
+
+  Returns:
+    The repacked `KVCache` with `max_len` slots.
+  """
+  max_len = cache.max_len if max_len is None else int(max_len)
+  if max_len <= 0:
+    raise ValueError(f"repack_cache needs max_len > 0, got {max_len}.")
+  if isinstance(end, (int, np.integer)) and not 0 <= end <= max_len:
+    raise ValueError(f"repack_cache: end {end} is outside [0, {max_len}].")
+  return _jit_repack_cache(cache, jnp.asarray(end, jnp.int32), max_len)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _jit_repack_cache(cache, end, max_len):
+  valid = cache.key_mask
+  count = jnp.sum(valid, axis=1, dtype=jnp.int32)
+  # order[b, j]: row b's j-th valid slot (valid slots first, in slot order).
+  order = jnp.argsort(~valid, axis=1, stable=True).astype(jnp.int32)
+  slot = jnp.arange(max_len, dtype=jnp.int32)
+  rank = slot[None, :] - (end - count)[:, None]  # [B, max_len]
+  key_mask = (rank >= 0) & (slot[None, :] < end)
+  source = jnp.take_along_axis(
+      order, jnp.clip(rank, 0, cache.max_len - 1), axis=1)
+
+  def gather(x, batch_axis):
+    # source [B, S'] -> index of x's slot axis (two after the batch axis).
+    shape = [1] * x.ndim
+    shape[batch_axis], shape[batch_axis + 2] = source.shape
+    index = source.reshape(shape)
+    return transformer.constrain_kv(
+        jnp.take_along_axis(x, index, axis=batch_axis + 2))
+  k, v = _map_kv(gather, cache)
+  return KVCache(k=k, v=v, key_mask=key_mask)
+
+
 def default_positions(attention_mask: Array) -> Array:
   """cumsum(mask) - 1, clipped at 0: positions counted from the first real
   token (left padding gets position 0). [B, T] -> [B, T] int32."""
@@ -431,7 +502,9 @@ def apply(cfg: config_lib.ModelConfig, params: Params, tokens: Array, *,
           cache: Optional[KVCache] = None,
           cache_index=None,
           head: str = "lm",
-          last_only: bool = False) -> Tuple[Array, Optional[KVCache]]:
+          last_only: bool = False,
+          sliding_by_position: bool = False
+          ) -> Tuple[Array, Optional[KVCache]]:
   """Runs the decoder on tokens [B, T].
 
   Args:
@@ -450,6 +523,11 @@ def apply(cfg: config_lib.ModelConfig, params: Params, tokens: Array, *,
     head: "lm" -> logits [B, T, V]; "score" -> scores [B, T]. Both float32.
     last_only: apply the head to the last token only (out is [B, 1, V] or
       [B, 1]); what a sampler needs after a prefill.
+    sliding_by_position: with a cache, measure sliding windows in positions
+      (each valid cache slot's position counted as the valid slots before
+      it, the default positions) rather than slots: for caches with empty
+      slots between a row's valid ones, e.g. a left-padded observation
+      appended to a multi-turn episode. No effect without sliding layers.
 
   Returns:
     (out, new_cache); new_cache is None without a cache.
@@ -470,6 +548,8 @@ def apply(cfg: config_lib.ModelConfig, params: Params, tokens: Array, *,
   if cache is None:
     if cache_index is not None:
       raise ValueError("cache_index was given without a cache.")
+    if sliding_by_position:
+      raise ValueError("sliding_by_position needs a cache.")
     return _jit_forward(cfg, head, params, tokens, attention_mask,
                         positions, bool(last_only)), None
 
@@ -491,6 +571,10 @@ def apply(cfg: config_lib.ModelConfig, params: Params, tokens: Array, *,
                        f"does not fit a cache of {cache.max_len} slots.")
   # Always traced, so that every index reuses one compiled function.
   cache_index = jnp.asarray(cache_index, jnp.int32)
+  if sliding_by_position and "sliding" in cfg.attention_kinds:
+    return _jit_cached_forward(cfg, head, params, tokens, attention_mask,
+                               positions, cache, cache_index, bool(last_only),
+                               True)
   return _jit_cached_forward(cfg, head, params, tokens, attention_mask,
                              positions, cache, cache_index, bool(last_only))
 
@@ -509,12 +593,14 @@ def _jit_forward(cfg, head, params, tokens, attention_mask, positions,
   return out
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 8))
+@functools.partial(jax.jit, static_argnums=(0, 1, 8, 9))
 def _jit_cached_forward(cfg, head, params, tokens, attention_mask, positions,
-                        cache, cache_index, last_only=False):
+                        cache, cache_index, last_only=False,
+                        sliding_by_position=False):
   """Forward pass of new tokens written into the cache at cache_index.
 
-  With `last_only`, the head is applied to the last token only ([B, 1, ...]).
+  With `last_only`, the head is applied to the last token only ([B, 1, ...]);
+  with `sliding_by_position`, sliding windows count positions (see `apply`).
   """
   valid = attention_mask.astype(bool)
   length, max_len = tokens.shape[1], cache.max_len
@@ -526,7 +612,12 @@ def _jit_cached_forward(cfg, head, params, tokens, attention_mask, positions,
   key_mask = jax.lax.dynamic_update_slice(cache.key_mask, valid,
                                           (0, cache_index))
   query_slot = cache_index + jnp.arange(length)
-  allowed = attention_masks(cfg, query_slot, slot, key_mask)
+  if sliding_by_position:
+    key_position = jnp.cumsum(key_mask, axis=1, dtype=jnp.int32) - 1
+    allowed = attention_masks(cfg, query_slot, slot, key_mask, positions,
+                              key_position)
+  else:
+    allowed = attention_masks(cfg, query_slot, slot, key_mask)
   out, (new_k, new_v) = _module(cfg, (head,)).apply(
       {"params": params}, tokens, positions, allowed, (cache.k, cache.v),
       cache_index, head, last_only)

@@ -7,9 +7,9 @@
 
 The left-padded prompts [B, P] are prefilled once; with `num_samples = n` the
 cache is then tiled so that every prompt gets n continuations, rows ordered
-prompt-major (the n samples of a prompt are contiguous, DESIGN §4). Decoding
-runs in a `lax.while_loop` that stops as soon as every row has emitted EOS
-(or after `max_new_tokens`); `eos_id` may list several ids (every
+prompt-major (the n samples of a prompt are contiguous, docs/data_model.md).
+Decoding runs in a `lax.while_loop` that stops as soon as every row has
+emitted EOS (or after `max_new_tokens`); `eos_id` may list several ids (every
 end-of-sequence id of the checkpoint), any of which ends a row. With
 `num_tokens` below the model's vocab_size, the embedding's padding rows are
 never sampled. To continue a partial response, put it in the
@@ -288,8 +288,8 @@ def _jit_sample(params, prompt_tokens, prompt_mask, rng, temperature, top_p,
   logprobs = jnp.concatenate(
       [jnp.zeros((rows, prompt_len), jnp.float32),
        jnp.where(response_valid, out_logp, 0.0)], axis=1)
-  # The one step rule of the codebase (DESIGN §4), shared with PRM training,
-  # scoring and search.
+  # The one step rule of the codebase (docs/data_model.md), shared with PRM
+  # training, scoring and search.
   step_ids = segmentation.step_ids_from_tokens(
       tokens, response_mask, delimiter_mask, eos_id=eos_ids or None)
   return SampleOutput(tokens=tokens, attention_mask=attention_mask,
@@ -323,6 +323,27 @@ def _check_token_id(name, value, vocab_size):
   if not 0 <= value < vocab_size:
     raise ValueError(f"{name}={value} is outside the vocabulary "
                      f"[0, {vocab_size}).")
+
+
+def _check_sampling(cfg, temperature, top_p, eos_id, pad_id, num_tokens):
+  """Checks the sampling arguments; returns (eos ids, num_tokens or None
+  when it is the whole vocabulary)."""
+  if not float(temperature) >= 0:
+    raise ValueError(f"temperature must be >= 0, got {temperature!r}.")
+  if not 0 < float(top_p) <= 1:
+    raise ValueError(f"top_p must be in (0, 1], got {top_p!r}.")
+  eos_ids = segmentation.eos_id_tuple(eos_id)
+  for i in eos_ids:
+    _check_token_id("eos_id", i, cfg.vocab_size)
+  _check_token_id("pad_id", pad_id, cfg.vocab_size)
+  if num_tokens is not None:
+    if (isinstance(num_tokens, bool) or
+        not isinstance(num_tokens, (int, np.integer)) or
+        not 1 <= num_tokens <= cfg.vocab_size):
+      raise ValueError(f"num_tokens must be an int in [1, {cfg.vocab_size}] "
+                       f"(the model's vocab_size), got {num_tokens!r}.")
+    num_tokens = None if num_tokens == cfg.vocab_size else int(num_tokens)
+  return eos_ids, num_tokens
 
 
 def sample(cfg: config_lib.ModelConfig, params: Any, prompt_tokens,
@@ -395,21 +416,8 @@ def sample(cfg: config_lib.ModelConfig, params: Any, prompt_tokens,
         f"(max_position_embeddings={cfg.max_position_embeddings}).")
   if not (isinstance(num_samples, (int, np.integer)) and num_samples >= 1):
     raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}.")
-  if not float(temperature) >= 0:
-    raise ValueError(f"temperature must be >= 0, got {temperature!r}.")
-  if not 0 < float(top_p) <= 1:
-    raise ValueError(f"top_p must be in (0, 1], got {top_p!r}.")
-  eos_ids = segmentation.eos_id_tuple(eos_id)
-  for i in eos_ids:
-    _check_token_id("eos_id", i, cfg.vocab_size)
-  _check_token_id("pad_id", pad_id, cfg.vocab_size)
-  if num_tokens is not None:
-    if (isinstance(num_tokens, bool) or
-        not isinstance(num_tokens, (int, np.integer)) or
-        not 1 <= num_tokens <= cfg.vocab_size):
-      raise ValueError(f"num_tokens must be an int in [1, {cfg.vocab_size}] "
-                       f"(the model's vocab_size), got {num_tokens!r}.")
-    num_tokens = None if num_tokens == cfg.vocab_size else int(num_tokens)
+  eos_ids, num_tokens = _check_sampling(cfg, temperature, top_p, eos_id,
+                                        pad_id, num_tokens)
   if delimiter_mask is None:
     delimiter_mask = jnp.zeros((cfg.vocab_size,), bool)
   delimiter_mask = jnp.asarray(delimiter_mask)
@@ -431,3 +439,206 @@ def sample(cfg: config_lib.ModelConfig, params: Any, prompt_tokens,
       num_tokens=num_tokens,
       greedy=greedy, use_top_p=(not greedy) and float(top_p) < 1.0,
       segment_ends=decode_segment_ends(int(max_new_tokens)))
+
+
+# ---------------------------------------------------------------------------
+# Continued decoding: one turn of a multi-turn episode from a filled cache.
+
+
+class DecodeOutput(NamedTuple):
+  """Tokens decoded from a cache by `decode_from_cache`.
+
+  Attributes:
+    tokens: [N, G] int32, the row's new tokens then `pad_id`.
+    logprobs: [N, G] float32, log pi(token) under the untempered policy (the
+      full-V softmax, as in `SampleOutput`), 0 after the row's end.
+    lengths: [N] int32, new tokens of each row (its end token included).
+    eos: [N] bool, the row ended on an `eos_id` token.
+    stopped: [N] bool, the row ended on a `stop_mask` token (and not EOS).
+    logits: [N, V] float32, next-token logits after the row's last new token
+      (the input logits for rows that emitted none).
+    cache: the `KVCache` with row r's new tokens at slots
+      [cache_index, cache_index + lengths[r]) and invalid slots after them.
+  """
+  tokens: Array
+  logprobs: Array
+  lengths: Array
+  eos: Array
+  stopped: Array
+  logits: Array
+  cache: Any
+
+
+def _row_step_noise(rng, row_ids, row_steps, vocab_size):
+  """Gumbel noise [N, K, V]: row r at step row_steps[r, k] draws from
+  fold_in(fold_in(rng, r), step), the keys of `_gumbel_noise`."""
+  def one(row, step):
+    key = jax.random.fold_in(jax.random.fold_in(rng, row), step)
+    return jax.random.gumbel(key, (vocab_size,), jnp.float32)
+  return jax.vmap(lambda r, steps: jax.vmap(lambda g: one(r, g))(steps))(
+      row_ids, row_steps)
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("cfg", "max_new_tokens", "eos_ids", "pad_id", "greedy",
+                     "use_top_p", "num_tokens"))
+def _jit_decode_from_cache(params, cache, logits, positions, cache_index,
+                           budgets, noise_offsets, rng, temperature, top_p,
+                           stop_mask, *, cfg, max_new_tokens, eos_ids, pad_id,
+                           greedy, use_top_p, num_tokens):
+  rows, new = logits.shape[0], max_new_tokens
+  row_ids = jnp.arange(rows)
+  choose = functools.partial(_choose_tokens, temperature=temperature,
+                             top_p=top_p, greedy=greedy, use_top_p=use_top_p,
+                             num_tokens=num_tokens)
+  precompute = (not greedy and
+                rows * new * cfg.vocab_size <= _PRECOMPUTED_NOISE_LIMIT)
+  if precompute:
+    all_noise = _row_step_noise(
+        rng, row_ids, noise_offsets[:, None] + jnp.arange(new)[None, :],
+        cfg.vocab_size)
+
+  def noise_at(step):
+    if greedy:
+      return None
+    if precompute:
+      return jax.lax.dynamic_index_in_dim(all_noise, step, axis=1,
+                                          keepdims=False)
+    return _row_step_noise(rng, row_ids, (noise_offsets + step)[:, None],
+                           cfg.vocab_size)[:, 0]
+
+  # Loop state: (step t, logits for token t, rows done before t, outputs,
+  # flags, cache). Unlike `sample`, every emitted token is fed to the model,
+  # its end token included: the next turn continues from this cache.
+  def body(state):
+    step, logits, done, out_tokens, out_logp, eos, stopped, cache = state
+    token, logp = choose(logits, noise_at(step))
+    token = jnp.where(done, pad_id, token)
+    logp = jnp.where(done, 0.0, logp)
+    out_tokens = jax.lax.dynamic_update_slice(out_tokens, token[:, None],
+                                              (0, step))
+    out_logp = jax.lax.dynamic_update_slice(out_logp, logp[:, None],
+                                            (0, step))
+    is_eos = ~done & _is_eos(token, eos_ids)
+    is_stop = ~done & ~is_eos & stop_mask[token]
+    eos, stopped = eos | is_eos, stopped | is_stop
+    next_done = done | is_eos | is_stop | (step + 1 >= budgets)
+    new_logits, cache = model_lib.apply(
+        cfg, params, token[:, None], attention_mask=~done[:, None],
+        positions=(positions + step)[:, None], cache=cache,
+        cache_index=cache_index + step)
+    logits = jnp.where(done[:, None], logits, new_logits[:, 0])
+    return (step + 1, logits, next_done, out_tokens, out_logp, eos, stopped,
+            cache)
+
+  no_rows = jnp.zeros((rows,), bool)
+  state = (jnp.int32(0), logits.astype(jnp.float32), budgets <= 0,
+           jnp.full((rows, new), pad_id, jnp.int32),
+           jnp.zeros((rows, new), jnp.float32), no_rows, no_rows, cache)
+  state = jax.lax.while_loop(lambda s: (s[0] < new) & ~jnp.all(s[2]), body,
+                             state)
+  _, logits, _, out_tokens, out_logp, eos, stopped, cache = state
+  lengths = jnp.minimum(jnp.maximum(budgets, 0), new)
+  # A row's length: the steps before its end (or its whole budget).
+  ends = _is_eos(out_tokens, eos_ids) | stop_mask[out_tokens]
+  columns = jnp.arange(new)[None, :]
+  first_end = jnp.min(jnp.where(ends & (columns < lengths[:, None]), columns,
+                                new), axis=1)
+  lengths = jnp.minimum(lengths, first_end + 1).astype(jnp.int32)
+  return DecodeOutput(tokens=out_tokens, logprobs=out_logp, lengths=lengths,
+                      eos=eos, stopped=stopped, logits=logits, cache=cache)
+
+
+def decode_from_cache(cfg: config_lib.ModelConfig, params: Any,
+                      cache: model_lib.KVCache, logits, positions,
+                      cache_index, rng: Array, *, budgets,
+                      noise_offsets=None, max_new_tokens: int,
+                      temperature: float = 1.0, top_p: float = 1.0, eos_id,
+                      pad_id: int, stop_mask=None,
+                      num_tokens: Optional[int] = None) -> DecodeOutput:
+  """Samples up to `max_new_tokens` more tokens per row from a filled cache.
+
+  The continuation of `sample` for multi-turn episodes: row r's context is
+  already in `cache` (its valid slots, ending before `cache_index`), its
+  next-token logits are `logits[r]` and its next position `positions[r]`.
+  Token t of row r is written at slot cache_index + t with position
+  positions[r] + t, and, unlike in `sample`, every emitted token is fed to
+  the model (the end token too), so the returned cache and logits continue
+  the rows (e.g. after appending an observation). A row ends after an
+  `eos_id` token, a `stop_mask` token, or `budgets[r]` tokens; rows with
+  budget 0 emit nothing. Sampling is that of `sample`: the noise of row r's
+  token t comes from fold_in(fold_in(rng, r), noise_offsets[r] + t), so
+  with offsets 0 and the cache and logits of a prompt prefill this samples
+  the tokens `sample` samples, and a row's tokens never depend on the other
+  rows.
+
+  Args:
+    cfg: model configuration (static).
+    params: parameters with an "lm" head.
+    cache: the `KVCache`; slots [cache_index, cache_index + max_new_tokens)
+      must exist (and are overwritten).
+    logits: [N, V] next-token logits of every row.
+    positions: [N] int, position id of every row's next token (its number
+      of valid tokens so far).
+    cache_index: int or int32 scalar, the first slot written.
+    rng: PRNG key (unused for greedy decoding).
+    budgets: [N] int, most tokens per row (clipped to [0, max_new_tokens]).
+    noise_offsets: [N] int, row r's sampling step counter at its first
+      token here (e.g. the tokens it sampled in earlier turns); default 0.
+    max_new_tokens: G, output slots (static).
+    temperature: 0 for greedy decoding, else the softmax temperature.
+    top_p: nucleus mass in (0, 1].
+    eos_id: id or ids that end a row (included in its tokens); None or ():
+      none.
+    pad_id: written after a row's end.
+    stop_mask: optional bool [V]: tokens that end a row like EOS (e.g. the
+      end-of-turn id); the row is then `stopped`.
+    num_tokens: as in `sample`: ids >= num_tokens are never sampled.
+
+  Returns:
+    `DecodeOutput` with [N, G] tokens and log-probs.
+  """
+  logits = jnp.asarray(logits)
+  rows = logits.shape[0] if logits.ndim == 2 else -1
+  if logits.ndim != 2 or logits.shape[1] != cfg.vocab_size:
+    raise ValueError(f"logits must be [N, {cfg.vocab_size}], got shape "
+                     f"{logits.shape}.")
+  if cache.key_mask.shape[0] != rows:
+    raise ValueError(f"cache has {cache.key_mask.shape[0]} rows, logits "
+                     f"{rows}.")
+  if (isinstance(max_new_tokens, bool) or
+      not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1):
+    raise ValueError(f"max_new_tokens must be an int >= 1, got "
+                     f"{max_new_tokens!r}.")
+  if isinstance(cache_index, (int, np.integer)) and not (
+      0 <= cache_index <= cache.max_len - max_new_tokens):
+    raise ValueError(f"cache_index {cache_index} + max_new_tokens "
+                     f"{max_new_tokens} does not fit a cache of "
+                     f"{cache.max_len} slots.")
+  arrays = {}
+  for name, value in (("positions", positions), ("budgets", budgets),
+                      ("noise_offsets", noise_offsets)):
+    value = jnp.zeros((rows,), jnp.int32) if value is None else jnp.asarray(
+        value)
+    if value.shape != (rows,) or not jnp.issubdtype(value.dtype, jnp.integer):
+      raise ValueError(f"{name} must be [N={rows}] ints, got shape "
+                       f"{value.shape} dtype {value.dtype}.")
+    arrays[name] = value.astype(jnp.int32)
+  eos_ids, num_tokens = _check_sampling(cfg, temperature, top_p, eos_id,
+                                        pad_id, num_tokens)
+  if stop_mask is None:
+    stop_mask = jnp.zeros((cfg.vocab_size,), bool)
+  stop_mask = jnp.asarray(stop_mask)
+  if stop_mask.shape != (cfg.vocab_size,):
+    raise ValueError(f"stop_mask must have shape ({cfg.vocab_size},), got "
+                     f"{stop_mask.shape}.")
+  greedy = float(temperature) == 0.0
+  return _jit_decode_from_cache(
+      params, cache, logits, arrays["positions"],
+      jnp.asarray(cache_index, jnp.int32), arrays["budgets"],
+      arrays["noise_offsets"], rng,
+      jnp.float32(1.0 if greedy else temperature), jnp.float32(top_p),
+      stop_mask.astype(bool), cfg=cfg, max_new_tokens=int(max_new_tokens),
+      eos_ids=eos_ids, pad_id=int(pad_id), greedy=greedy,
+      use_top_p=(not greedy) and float(top_p) < 1.0, num_tokens=num_tokens)

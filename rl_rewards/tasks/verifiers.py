@@ -196,6 +196,14 @@ def _import_modules(modules: Sequence[str]) -> bool:
   return True
 
 
+def returns_any(score_fn) -> bool:
+  """Whether a pooled function's result comes back as is (e.g. an
+  environment transition, see `rl_rewards.envs`) rather than as a score
+  checked to lie in [0, 1]: functions marked `fn.returns_any = True`."""
+  return bool(getattr(getattr(score_fn, "func", score_fn), "returns_any",
+                      False))
+
+
 def _pooled_call(score_fn, prediction: str, reference: Any,
                  timeout_s: float) -> tuple[float, str]:
   """Runs `score_fn` under an alarm in a worker; returns (score, status)."""
@@ -210,7 +218,9 @@ def _pooled_call(score_fn, prediction: str, reference: Any,
     # and the next one lands.
     signal.setitimer(signal.ITIMER_REAL, timeout_s, _ALARM_REPEAT_S)
     try:
-      score = float(score_fn(prediction, reference))
+      score = score_fn(prediction, reference)
+      if not returns_any(score_fn):
+        score = float(score)
     finally:
       # Inside the outer try: an alarm that fires just before it is
       # cleared still lands in the handler below.
@@ -219,6 +229,8 @@ def _pooled_call(score_fn, prediction: str, reference: Any,
     return 0.0, "timeout"
   except Exception:  # pylint: disable=broad-except
     return 0.0, "error"
+  if returns_any(score_fn):
+    return score, "ok"
   if not 0.0 <= score <= 1.0:  # Also rejects NaN.
     return 0.0, "error"
   return score, "ok"
