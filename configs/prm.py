@@ -42,6 +42,30 @@ of as many problems as the largest budget, with that prover:
     python -m experiments.sweep \
         --config=configs/prm.py:sft=runs/s0,labels=runs/budget/labels,sweep=budget \
         --workdir=runs/budget
+
+`data=file` trains the verifier on step-labelled solutions a researcher
+already has instead of Monte-Carlo labels, from a Hugging Face checkpoint
+with its chat template (stage `prm` only: the PRM starts from the
+checkpoint):
+
+    python -m experiments.train --config=configs/prm.py:data=file,model=head \
+        --config.model.hf_path=/path/to/Qwen2.5-Math-1.5B-Instruct \
+        --config.prm.train_path=/path/to/prm_train.jsonl \
+        --config.prm.valid_path=/path/to/prm_test.jsonl \
+        --config.task.train_path=/path/to/gsm8k/train.jsonl \
+        --config.task.eval_path=/path/to/gsm8k/test.jsonl \
+        --workdir=runs/prm_file
+
+The files (.jsonl, .json, .parquet or a directory of .parquet shards) are
+in TRL's stepwise layout (`prompt`, `completions`, `labels`, soft labels
+allowed) or, with `--config.prm.preset=math_shepherd`, Math-Shepherd's
+(`input` with "ки" step tags, `label` with +/-); `prm.fields` renames
+fields (rl_rewards/data/stepwise.py). The task is the one RL will run: its
+chat template renders the prompts, its delimiter (a blank line, as in
+configs/qwen_gsm8k.py) joins the steps, and an RL run on it takes this
+verifier with `--config.prm.init_from=runs/prm_file
+--config.rl.prm_source=model` and a process-reward method.
+`target=hard` trains on the labels thresholded at 1/2 instead of as given.
 """
 
 from rl_rewards import config_lib
@@ -58,7 +82,7 @@ def get_config(arg=None):
   config.labels.num_rollouts = 16
   config.labels.problems_per_shard = 64
   config.labels.prefix_batch_size = 32
-  config.prm.update(verifier_settings(arg.model, arg.target))
+  config.prm.update(verifier_settings(arg.model, arg.target or "progress"))
   config.prm.steps = 100
   config.prm.learning_rate = 1e-4
   config.prm.warmup_steps = 10
@@ -68,6 +92,11 @@ def get_config(arg=None):
   config.prm_eval.bon_samples = 64
   # `test` shrinks sections.
   config = config_lib.apply_size(config, arg.size, regime=arg.regime)
+  if arg.data == "file":
+    _from_file(config, arg)
+  elif arg.data != "labels":
+    raise config_lib.ConfigError(
+        f"configs/prm.py: data={arg.data!r} must be labels or file.")
   if arg.sweep == "budget":
     # The label set holds the largest budget (ignored with `labels=`).
     config.labels.num_problems = max(budget_problems(arg.size))
@@ -78,7 +107,49 @@ def get_config(arg=None):
 def _parse(arg):
   return config_lib.parse_arg(
       arg, size="tiny", regime="standard", sft="", labels="",
-      model="generative", target="progress", sweep="kinds")
+      model="generative", target="", sweep="kinds", data="labels")
+
+
+def _from_file(config, arg):
+  """`data=file`: a PRM trained on `prm.train_path` from `model.hf_path`."""
+  config.stages = "prm"
+  config.sft.init_from = ""
+  config.labels.init_from = ""
+  config.prm.data = "file"
+  config.prm.update(verifier_settings(arg.model, arg.target or "soft"))
+  # The files hold no labels after a mistake to drop, and no V-hat.
+  config.prm.drop_after_first_negative = False
+  config.prm.value_weight = 0.0
+  config.task.name = "gsm8k"
+  config.task.prompt_template = "chat"
+  # Steps joined by a blank line, as the RL config (configs/qwen_gsm8k.py)
+  # and ProcessBench cut them; a step may hold single newlines.
+  config.task.delimiter = "\n\n"
+  if arg.size == "test":
+    config.task.max_prompt_len = 64
+    config.task.max_new_tokens = 48
+    config.prm.steps = 2
+    config.prm.warmup_steps = 0
+    config.prm.log_every_steps = 1
+    config.prm.checkpoint_every_steps = 2
+    return
+  config.model.dtype = "bfloat16"
+  config.model.scan_layers = True
+  config.model.remat = "full"
+  config.model.logits_chunk = 128
+  config.mesh.data = 1
+  config.mesh.fsdp = -1               # Shard parameters over local devices.
+  config.task.max_prompt_len = 320
+  config.task.max_new_tokens = 768
+  config.task.max_steps = 32
+  config.prm.steps = 1000
+  config.prm.batch_size = 32
+  config.prm.micro_batch_size = 8
+  config.prm.pass_micro_batch_size = 32
+  config.prm.learning_rate = 1e-5
+  config.prm.warmup_steps = 50
+  config.prm.log_every_steps = 10
+  config.prm.checkpoint_every_steps = 200
 
 
 def verifier_settings(model: str, target: str) -> dict:

@@ -130,20 +130,33 @@ def field_map(preset: str, overrides: str = "") -> FieldMap:
   if name is None:
     raise ValueError(f"unknown preset {preset!r}; one of "
                      f"{sorted(PRESETS) + sorted(PRESET_ALIASES)}.")
-  values = dataclasses.asdict(PRESETS[name])
+  values = apply_overrides(dataclasses.asdict(PRESETS[name]), overrides,
+                           FIELD_KEYS)
+  fields = FieldMap(**values)
+  fields.check()
+  return fields
+
+
+def apply_overrides(values: dict, overrides: str, keys, note: str = ""
+                    ) -> dict:
+  """`values` with the "key=path,..." entries of `overrides` applied.
+
+  Raises:
+    ValueError: an entry without "=" or with a key not in `keys` (`note`,
+      e.g. the preset, is added to the message).
+  """
+  values = dict(values)
   for item in overrides.split(","):
     item = item.strip()
     if not item:
       continue
     key, sep, value = item.partition("=")
     key = key.strip()
-    if not sep or key not in FIELD_KEYS:
+    if not sep or key not in keys:
       raise ValueError(f"bad entry {item!r}; expected KEY=PATH with KEY one "
-                       f"of {FIELD_KEYS}.")
+                       f"of {tuple(keys)}{note}.")
     values[key] = value.strip()
-  fields = FieldMap(**values)
-  fields.check()
-  return fields
+  return values
 
 
 # --------------------------------------------------------------- formats --
@@ -304,6 +317,16 @@ def _lookup(row: Any, path: str) -> Any:
       value = value[index]
     else:
       return _MISSING
+  return value
+
+
+def field(row: Any, path: str, where: str) -> Any:
+  """The value at a dotted path of `row`; InputError naming `where` and the
+  row's keys when it is missing."""
+  value = _lookup(row, path)
+  if value is _MISSING:
+    raise errors.InputError(f"{where}: missing field {path!r} (has "
+                            f"{sorted(str(k) for k in row)}).")
   return value
 
 

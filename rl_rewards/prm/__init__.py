@@ -8,6 +8,8 @@ Modules:
   scoring      step scores [B, S] of whole solutions: score-head PRM/PAV,
                generative PRM, implicit PRM, the oracle, a random scorer
   evaluation   ProcessBench-style F1, step AUROC, Best-of-N and votes
+  processbench ProcessBench-format files: reading, scoring with a PRM,
+               per-file F1 / accuracies / first-error step AUROC, export
   search       step-level beam search guided by a PRM or a PAV
 """
 

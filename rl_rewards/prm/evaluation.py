@@ -1,17 +1,20 @@
 """PRM evaluation metrics: ProcessBench-style F1, step AUROC, Best-of-N.
 
-Host-side numpy functions of score tables (spec/algorithms.md §3):
+Host-side numpy functions of score tables (docs/algorithms.md, "PRM
+evaluation"):
 
-* ProcessBench (§3.1). Every solution has a label: the 0-based index of its
+* ProcessBench. Every solution has a label: the 0-based index of its
   earliest wrong step, or −1 when every step is right. A PRM predicts the
-  first step whose score falls below a threshold τ (−1 if none does);
+  first step whose score is at most a threshold τ (−1 if none does;
+  ProcessBench's code takes the argmax of a PRM's two classes, a tie going
+  to the wrong class, so a step counts as right only when P(right) > τ);
   acc_err is the exact-match rate on erroneous solutions, acc_cor the rate
   of −1 predictions on correct ones, and F1 = 2·acc_err·acc_cor /
   (acc_err + acc_cor). τ is chosen on a validation set
   (`select_threshold`), never on the test set.
 * Step AUROC: the probability that a random correct step scores higher than
   a random wrong one (ties count ½), over all labelled steps.
-* Best-of-N (§3.3). With M samples per problem, accuracy at N ≤ M averages
+* Best-of-N. With M samples per problem, accuracy at N ≤ M averages
   over the M // N disjoint groups of N consecutive samples: prm@N picks the
   highest-scored sample of a group; maj@N the most frequent answer; weighted
   majority the answer with the largest summed score; pass@N whether any
@@ -38,18 +41,21 @@ def _step_table(step_scores, step_mask):
 
 def first_error_predictions(step_scores, step_mask,
                             threshold: float) -> np.ndarray:
-  """Index of the first valid step scoring below `threshold`, else −1.
+  """Index of the first valid step scoring at most `threshold`, else −1.
+
+    pred[b] = min{k : m[b, k] and s[b, k] ≤ τ}, or −1 when the set is empty.
 
   Args:
     step_scores: [B, S] step scores.
     step_mask: [B, S] step mask.
-    threshold: τ; a step with score < τ is predicted wrong.
+    threshold: τ; a step with score s ≤ τ is predicted wrong (ProcessBench:
+      right only when s > τ).
 
   Returns:
     [B] int64 predicted first-error indices (−1: no error predicted).
   """
   scores, mask = _step_table(step_scores, step_mask)
-  below = mask & (scores < threshold)
+  below = mask & (scores <= threshold)
   return np.where(below.any(axis=1), below.argmax(axis=1), -1)
 
 

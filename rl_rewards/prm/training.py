@@ -16,7 +16,7 @@
   prover is derived from it), or the prover's Q̂^μ. Optional class
   balancing reweights the steps with y < ½ and y ≥ ½ to equal total weight
   within a batch (PAV trains with class-balanced sampling).
-* Implicit PRM (spec §1.4): a causal LM π_φ with r_φ(y) = β Σ_t log
+* Implicit PRM (Yuan et al.): a causal LM π_φ with r_φ(y) = β Σ_t log
   π_φ(y_t)/π_ref(y_t), trained on outcome labels only, with the CE loss or
   PRIME's group DPO loss (`core.implicit_prm_ce_loss`, `..._dpo_loss`).
 
@@ -40,6 +40,10 @@ from rl_rewards.train import loss_parts
 from rl_rewards.train import steps as steps_lib
 
 TARGETS = ("hard", "soft", "progress", "prover")
+# The token rule as one program per shape (eagerly, every operation
+# compiles on its own).
+_step_ids = jax.jit(segmentation.step_ids_from_tokens,
+                    static_argnames=("eos_id",))
 
 
 def label_arrays(records, *, prompt_width: int, response_budget: int,
@@ -86,8 +90,9 @@ def label_arrays(records, *, prompt_width: int, response_budget: int,
   except ValueError as e:
     raise ValueError(f"label records: {e} The labels were made with another "
                      "task configuration.") from None
-  raw_ids = np.asarray(segmentation.step_ids_from_tokens(
-      tokens, response, np.asarray(delimiter_mask, bool), eos_id=eos_id))
+  raw_ids = np.asarray(_step_ids(
+      tokens, response, np.asarray(delimiter_mask, bool),
+      eos_id=segmentation.eos_id_tuple(eos_id)))
   token_steps = raw_ids.max(axis=1) + 1
   step_ids = np.where(raw_ids < 0, raw_ids,
                       np.minimum(raw_ids, num_steps - 1)).astype(np.int32)

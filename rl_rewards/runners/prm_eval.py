@@ -11,20 +11,28 @@ AUROC, and Best-of-N accuracy with every step-score aggregation and
 PRM-weighted voting, against majority vote.
 """
 
+import copy
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rl_rewards import config_lib
 from rl_rewards import core
+from rl_rewards import errors
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import progress
+from rl_rewards.data import readers
 from rl_rewards.prm import evaluation as prm_eval_lib
 from rl_rewards.prm import labels as labels_lib
+from rl_rewards.prm import processbench
 from rl_rewards.prm import scoring
 from rl_rewards.prm import search as search_lib
 from rl_rewards.runners import prm_stages
+from rl_rewards.runners import programs
+from rl_rewards.runners import tasks as tasks_lib
+from rl_rewards.tasks import answers as answers_lib
 
 
 def sample_solutions(ctx, policy, problems, *, num_samples: int, rng,
@@ -83,10 +91,18 @@ def _scorers(ctx, prm):
   return scorers
 
 
-def processbench_eval(ctx, policy, scorers, *, rng) -> dict:
-  """First-error F1 (threshold chosen on validation problems) and AUROC."""
+def first_error_sets(ctx, policy, *, rng) -> dict:
+  """The held-out solutions of the first-error evaluation.
+
+  One solution per problem of `prm_eval.valid_problems` validation problems
+  (split "prm_valid") and `prm_eval.num_problems` test problems
+  ("prm_test"), with the task's oracle labels.
+
+  Returns:
+    {"valid": ..., "test": ...}, each (solutions, first_errors [N] int,
+    step_labels: N lists of bools).
+  """
   cfg, task = ctx.config.prm_eval, ctx.task
-  batch_rows = cfg.prompts_per_batch
   data = {}
   for name, split, count in (("valid", "prm_valid", cfg.valid_problems),
                              ("test", "prm_test", cfg.num_problems)):
@@ -98,6 +114,17 @@ def processbench_eval(ctx, policy, scorers, *, rng) -> dict:
     oracle = prm_stages.oracle_fields(task, solutions)
     data[name] = (solutions, np.array([f for _, f in oracle]),
                   [l for l, _ in oracle])
+  return data
+
+
+def processbench_eval(ctx, policy, scorers, *, rng, data=None) -> dict:
+  """First-error F1 (threshold chosen on validation problems) and AUROC.
+
+  `data`: `first_error_sets(ctx, policy, rng=rng)` when already sampled.
+  """
+  batch_rows = ctx.config.prm_eval.prompts_per_batch
+  if data is None:
+    data = first_error_sets(ctx, policy, rng=rng)
   out = {"prm_eval/erroneous_fraction": float(np.mean(data["test"][1] >= 0))}
   for scorer_name, scorer in scorers.items():
     scores = {name: score_solutions(ctx, scorer, solutions, batch_rows)
@@ -127,6 +154,9 @@ def processbench_eval(ctx, policy, scorers, *, rng) -> dict:
         f"prm_eval/f1_at_half{suffix}": at_half["f1"],
         f"prm_eval/auroc{suffix}": prm_eval_lib.step_auroc(
             test["step_scores"], test["step_mask"], labels),
+        f"prm_eval/first_error_auroc{suffix}": processbench.file_metrics(
+            test["step_scores"], test["step_mask"], data["test"][1],
+            threshold)["auroc"],
     })
   return out
 
@@ -141,9 +171,33 @@ def best_of_n_eval(ctx, policy, scorers, *, rng) -> dict:
                                prompts_per_batch=prompts_per_batch,
                                split="prm_test")
   correct = np.array([s.outcome for s in solutions]).reshape(-1, m)
-  lengths = np.array([len(s.response_ids) for s in solutions]).reshape(-1, m)
   answers = [[_answer(task, s) for s in solutions[p * m:(p + 1) * m]]
              for p in range(len(problems))]
+  return best_of_n_metrics(ctx, scorers, solutions, correct, answers)
+
+
+def best_of_n_metrics(ctx, scorers, solutions, correct, answers) -> dict:
+  """Best-of-N metrics of sampled solutions (M per problem, problem-major).
+
+  For N in 1, 4, 16, ... ≤ M (disjoint groups of N, `prm.evaluation`):
+  pass@N, majority vote, and for every scorer and aggregation
+  (`prm_stages.AGGREGATIONS`) the accuracy of the highest-scored sample;
+  for the "prm" scorer also the PRM-weighted vote.
+
+  Args:
+    ctx: the run context.
+    scorers: {name: scorer}; "prm" is the trained verifier.
+    solutions: P·M `Solution`s.
+    correct: [P, M] 0/1 outcomes.
+    answers: [P][M] final answers (None: no vote).
+
+  Returns:
+    `prm_eval/...` metrics.
+  """
+  cfg = ctx.config.prm_eval
+  correct = np.asarray(correct)
+  m = correct.shape[1]
+  lengths = np.array([len(s.response_ids) for s in solutions]).reshape(-1, m)
   sizes = [n for n in (1, 4, 16, 64, 256) if n <= m]
   out = {}
   for n in sizes:
@@ -167,6 +221,198 @@ def best_of_n_eval(ctx, policy, scorers, *, rng) -> dict:
           out[f"prm_eval/bon{n}_weighted_{aggregation}"] = (
               prm_eval_lib.majority_vote_accuracy(answers, correct, n,
                                                   weights=response))
+  return out
+
+
+def vote_answer(text: str):
+  """The final answer a free-text response votes for in majority voting:
+  the last \\boxed{} content, else the text after the last "####", else the
+  last number; None when there is none."""
+  boxed = answers_lib.last_boxed(text)
+  if boxed is not None and boxed.strip():
+    return boxed.strip()
+  final = answers_lib.gsm8k_final_answer(text)
+  if final:
+    return final
+  numbers = answers_lib.numbers_in(text)
+  return numbers[-1].replace(",", "") if numbers else None
+
+
+def best_of_n_file(ctx, policy_params, prm: prm_stages.TrainedPRM, path: str,
+                   *, fields, num_samples: int, num_problems: int = 0,
+                   rng=None) -> dict:
+  """Best-of-N on a question/answer file (GSM8K/MATH layouts).
+
+  The run's policy samples `num_samples` solutions for each of the first
+  `num_problems` problems of `path` (0: all), read with
+  `rl_rewards.data.readers` and the field map `fields` (`task.preset`);
+  outcomes are checked against the file's answers with math-verify
+  (`verifiers.verify_batch("math", ...)`), and `best_of_n_metrics` reports
+  PRM Best-of-N with every aggregation and the PRM-weighted vote against
+  majority vote and pass@N.
+
+  Raises:
+    config_lib.ConfigError: the run's task has no text tokenizer.
+    errors.InputError: naming the file and row of a malformed row.
+  """
+  task = ctx.task
+  if not isinstance(task, tasks_lib.TextTask):
+    raise config_lib.ConfigError(
+        "eval_prm --bon_path: Best-of-N on a file needs a run with a text "
+        f"task (gsm8k/math), not {ctx.config.task.name!r}.")
+  records = readers.read_records(path, fields)
+  if num_problems:
+    records = records[:num_problems]
+  problems = [tasks_lib.TextProblem(question=r["question"],
+                                    answer=r["answer"],
+                                    solution=r["solution"], index=r["index"])
+              for r in records]
+  cfg = ctx.config.prm_eval
+  policy = prm_stages.policy_sampler(ctx, policy_params,
+                                     temperature=cfg.temperature)
+  m = num_samples
+  solutions = sample_solutions(
+      ctx, policy, problems, num_samples=m,
+      rng=ctx.rng("prm_eval/best_of_n_file") if rng is None else rng,
+      prompts_per_batch=max(1, cfg.prompts_per_batch // min(m, 8)),
+      split="file")
+  correct = task.score([s.problem for s in solutions],
+                       [s.text for s in solutions],
+                       [s.finished for s in solutions],
+                       verifier="math").rewards.reshape(-1, m)
+  answers = [[vote_answer(s.text) if s.finished else None
+              for s in solutions[p * m:(p + 1) * m]]
+             for p in range(len(problems))]
+  out = best_of_n_metrics(ctx, {"prm": prm_stages.load_scorer(ctx, prm)},
+                          solutions, correct, answers)
+  out["prm_eval/problems"] = len(problems)
+  out["prm_eval/samples"] = m
+  return out
+
+
+# ----------------------------------------------------- ProcessBench files ---
+
+
+def processbench_scorer(ctx, prm: prm_stages.TrainedPRM, num_steps: int):
+  """The verifier's scorer (`programs.scorer`, what RL calls) with
+  `num_steps` step slots instead of `config.task.max_steps`."""
+  config = copy.deepcopy(ctx.config)
+  config.task.max_steps = int(num_steps)
+  return programs.scorer(config, ctx.model_config, prm.kind, prm.params,
+                         prm.reference, prm.beta)
+
+
+def processbench_files(ctx, prm: prm_stages.TrainedPRM, rows_by_subset: dict,
+                       *, threshold: float = processbench.DEFAULT_THRESHOLD,
+                       inner_delimiter: str = "error") -> dict:
+  """Scores ProcessBench rows with a verifier; metrics per subset.
+
+  Each row is encoded as the task encodes prompts and responses
+  (`processbench.encode_rows`) and scored as RL scores rollouts
+  (`processbench.score_rows`, the scorer's `score_batch`). The prompt and
+  response widths are the task's (`task.max_prompt_len`,
+  `task.max_new_tokens`) when every row fits, else the longest row's; rows
+  go `prm_eval.prompts_per_batch` at a time, so held-out solutions of the
+  task score exactly as in `processbench_eval`.
+
+  The scorer has `config.task.max_steps` step slots, or the longest row's
+  steps when more (`processbench_scorer`).
+
+  Args:
+    ctx: the run context.
+    prm: the trained verifier.
+    rows_by_subset: {subset: rows of `processbench.read_file`}.
+    threshold: τ of `processbench.file_metrics`.
+    inner_delimiter: "error" or "space" (`processbench.encode_rows`).
+
+  Returns:
+    {subset: `processbench.file_metrics(...)`}.
+  """
+  task = ctx.task
+  limit = ctx.model_config.max_position_embeddings
+  encoded = {}
+  for name, rows in rows_by_subset.items():
+    encoded[name] = processbench.encode_rows(
+        task, rows, max_prompt_len=limit, inner_delimiter=inner_delimiter)
+  longest = lambda i: max(len(ids) for p in encoded.values() for ids in p[i])
+  prompt_width = max(task.max_prompt_len, longest(0))
+  response_budget = max(task.max_new_tokens, longest(1))
+  if prompt_width + response_budget > limit:
+    raise config_lib.ConfigError(
+        f"the longest prompt ({longest(0)} tokens) and response "
+        f"({longest(1)}) exceed the model context of {limit} tokens.")
+  num_steps = max([ctx.config.task.max_steps] +
+                  [len(r.steps) for rows in rows_by_subset.values()
+                   for r in rows])
+  scorer = processbench_scorer(ctx, prm, num_steps)
+  out = {}
+  for name, rows in rows_by_subset.items():
+    prompt_ids, response_ids = encoded[name]
+    scores = processbench.score_rows(
+        task, scorer, rows, prompt_ids, response_ids,
+        prompt_width=prompt_width, response_budget=response_budget,
+        num_steps=num_steps,
+        batch_rows=ctx.config.prm_eval.prompts_per_batch)
+    out[name] = processbench.file_metrics(
+        scores["step_scores"], scores["step_mask"],
+        [r.label for r in rows], threshold)
+  return out
+
+
+def export_processbench(ctx, policy_params, prm: prm_stages.TrainedPRM,
+                        path: str) -> dict:
+  """Writes the held-out test solutions of the first-error evaluation as a
+  ProcessBench file, with the task's oracle first-error labels.
+
+  The solutions are those `evaluate_prm` samples (same random stream): a
+  row's `problem` is the question, `steps` the response split at the task's
+  delimiter, `label` the step checker's first wrong step (−1 if none) and
+  `final_answer_correct` the outcome. The trained verifier is evaluated on
+  them in the task's own way too, so that the ProcessBench path can be
+  checked against it.
+
+  Returns:
+    The in-task first-error metrics of the verifier on these solutions
+    (`prm_eval/threshold` chosen on the validation solutions,
+    `prm_eval/f1`, `prm_eval/acc_err`, `prm_eval/acc_cor`, ...), plus
+    `export/rows` and `export/reencoded_differently`: the rows whose steps
+    do not encode back to the sampled tokens (an unfinished response, or
+    one ending in the delimiter), on which a learned verifier's scores
+    may differ from the in-task ones (a row ending in an empty step cannot
+    be scored through the ProcessBench path at all).
+  """
+  task = ctx.task
+  if not getattr(task, "has_step_labels", False):
+    raise config_lib.ConfigError(
+        "eval_prm --export_processbench: the task has no step labels "
+        f"({ctx.config.task.name!r}); the export is for the arith task.")
+  cfg = ctx.config.prm_eval
+  policy = prm_stages.policy_sampler(ctx, policy_params,
+                                     temperature=cfg.temperature)
+  data = first_error_sets(ctx, policy, rng=ctx.rng("prm_eval/processbench"))
+  solutions, first_errors, _ = data["test"]
+  generator = (ctx.config.model.hf_path or
+               f"{ctx.config.model.size} policy (seed {ctx.config.seed})")
+  rows = [processbench.export_row(
+      f"{s.split}-{s.index}", task.prompts([s.problem])[0],
+      task.split_steps(s.text), int(first), generator=generator,
+      final_answer_correct=bool(s.outcome))
+          for s, first in zip(solutions, first_errors)]
+  processbench.write_file(path, rows)
+  differ = 0
+  for solution, row in zip(solutions, processbench.read_file(path)):
+    try:
+      _, (ids,) = processbench.encode_rows(
+          task, [row],
+          max_prompt_len=ctx.model_config.max_position_embeddings)
+    except errors.InputError:  # E.g. a response ending in an empty step.
+      ids = None
+    differ += ids != list(solution.response_ids)
+  out = processbench_eval(ctx, policy,
+                          {"prm": prm_stages.load_scorer(ctx, prm)},
+                          rng=None, data=data)
+  out["export/rows"] = len(rows)
+  out["export/reencoded_differently"] = int(differ)
   return out
 
 

@@ -14,7 +14,15 @@
 * prm: a score-head PRM/PAV (backbone initialised from the policy) trained
   with cross-entropy on the labels, or an implicit PRM (a copy of the
   policy trained on outcome labels); batches are a pure function of the
-  step, so training resumes exactly from its checkpoint.
+  step, so training resumes exactly from its checkpoint. With
+  `prm.data="file"` the labels come from step-labelled solutions in
+  `prm.train_path` / `prm.valid_path` instead (`rl_rewards/data/stepwise.py`),
+  turned into the same label records (`records_from_examples`): each row
+  is tokenized as the sampler lays out a rollout, with the prompt rendered
+  by the task's template and the steps joined by its delimiter, so the
+  trained PRM reads its step scores where RL and search will. The summary
+  records the delimiter, and a run that loads the PRM with another one is
+  refused (`load_finished_prm`).
 * prm_eval: see `runners/prm_eval.py`.
 
 Each stage is reused once finished (`Checkpointer.done_info()`), or taken
@@ -31,9 +39,12 @@ import numpy as np
 
 from rl_rewards import checkpoints
 from rl_rewards import config_lib
+from rl_rewards import config_methods
+from rl_rewards import errors
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import models
 from rl_rewards.data import order
+from rl_rewards.data import stepwise
 from rl_rewards.prm import evaluation as prm_eval_lib
 from rl_rewards.prm import label_store
 from rl_rewards.prm import labels as labels_lib
@@ -44,6 +55,8 @@ from rl_rewards.runners import programs
 from rl_rewards.runners import resume
 from rl_rewards.runners.methods import base as method_base
 from rl_rewards.sharding import mesh as mesh_lib
+from rl_rewards.tasks import segmentation
+from rl_rewards.tasks import tokenizer as tokenizer_lib
 from rl_rewards.train import nonfinite
 
 LABELS_STAGE = "labels"
@@ -61,7 +74,8 @@ def run_config(workdir: str):
     raise config_lib.ConfigError(f"{workdir} holds no run ({path} is "
                                  "missing).")
   config = config_lib.base_config()
-  _update(config, metrics_lib.read_json(path), "config")
+  _update(config, config_methods.upgrade_saved(metrics_lib.read_json(path)),
+          "config")
   return config
 
 
@@ -76,10 +90,25 @@ def _update(section, values, where):
 
 
 def run_policy_and_prm(ctx, workdir: str):
-  """The policy and trained PRM of a finished run (following init_from)."""
+  """The policy and trained PRM of a finished run (following init_from).
+
+  The policy is the run's SFT stage (or `sft.init_from`'s); a run without
+  one (a PRM trained from a file on `model.hf_path`) has the checkpoint.
+  """
   config = run_config(workdir)
-  policy = load_stage_params(ctx, config.sft.init_from or workdir, "sft",
-                             "sft.init_from")
+  if config.sft.init_from or "sft" in config_lib.stage_names(config):
+    policy = load_stage_params(ctx, config.sft.init_from or workdir, "sft",
+                               "sft.init_from")
+  elif config.model.hf_path:
+    _, policy = models.load_hf(
+        config.model.hf_path, dtype=config.model.dtype,
+        shardings=context_lib.param_shardings(ctx.model_config, ctx.mesh),
+        scan_layers=ctx.model_config.scan_layers,
+        remat=ctx.model_config.remat)
+  else:
+    raise config_lib.ConfigError(
+        f"{workdir}: the run has neither an sft stage nor a model.hf_path, "
+        "so it names no policy.")
   prm, _ = load_finished_prm(ctx, config.prm.init_from or workdir)
   return policy, prm
 
@@ -100,6 +129,17 @@ def check_config(config, workdir: str):
   stages = config_lib.stage_names(config)
   prm = config.prm
   if "prm" not in stages or prm.init_from:
+    return
+  if prm.data == "file":
+    # Each file exists, has a known format and a first row that parses.
+    fields = file_fields(config)
+    for key in ("train_path", "valid_path"):
+      if prm[key]:
+        try:
+          stepwise.check_first_example(prm[key], fields,
+                                       config.task.delimiter)
+        except errors.InputError as e:
+          raise config_lib.ConfigError(f"config.prm.{key}: {e}") from None
     return
   if "labels" in stages and not config.labels.init_from:
     where = "config.labels.num_problems"
@@ -320,6 +360,117 @@ def run_labels(ctx, policy_params) -> tuple[str, dict]:
   return path, summary
 
 
+# ------------------------------------------------------------- file data ---
+
+
+def file_fields(config) -> stepwise.StepwiseFields:
+  """The layout of `prm.train_path` / `prm.valid_path` (`prm.preset`,
+  `prm.fields`)."""
+  try:
+    return stepwise.field_map(config.prm.preset, config.prm.fields)
+  except ValueError as e:
+    raise config_lib.ConfigError(f"config.prm.fields: {e}") from None
+
+
+# One program per shape, not one per operation.
+_num_steps = jax.jit(segmentation.num_steps_from_tokens,
+                     static_argnames=("eos_id",))
+
+
+def records_from_examples(examples, *, tokenizer, delimiter: str,
+                          delimiter_mask, max_prompt_len: int,
+                          max_new_tokens: int, split: str) -> list[dict]:
+  """Parsed stepwise rows -> label records (`label_store`), tokenized.
+
+  The prompt is rendered and encoded exactly as the sampler's prompts are
+  (`tokenizer.encode_prompts`: the task's prompt template, the checkpoint's
+  chat template with `task.prompt_template="chat"`); the response is the
+  steps joined with the delimiter (`segmentation.join_steps`) and then the
+  end-of-turn token, as an SFT target and a finished rollout end. The
+  response must have as many steps by the token rule
+  (`segmentation.num_steps_from_tokens`) as the row has labels.
+
+  Args:
+    examples: (where, `stepwise.parse_row` dict) pairs.
+    tokenizer: the task's tokenizer.
+    delimiter: the step delimiter.
+    delimiter_mask: bool [V] delimiter tokens (`task.delimiter_mask()`).
+    max_prompt_len: P.
+    max_new_tokens: G.
+    split: the records' `split` ("train" or "valid").
+
+  Returns:
+    Records with the file's labels: `q` the soft and `hard` the hard step
+    labels, `rollouts` 0 (no continuations behind them), no V̂ (`v` None),
+    no oracle; `index` is the row's position in its file.
+
+  Raises:
+    errors.InputError naming the file and row of the first row whose prompt
+    or response does not fit P / G, or whose steps the tokenizer merges.
+  """
+  records = []
+  for index, (where, example) in enumerate(examples):
+    text = segmentation.join_steps(example["steps"], delimiter)
+    try:
+      tokens, mask = tokenizer_lib.encode_prompts(
+          tokenizer, [example["prompt"]], max_prompt_len)
+      response = tokenizer.encode(text) + [tokenizer.end_of_turn_id]
+    except errors.InputError as e:
+      raise errors.InputError(
+          f"{where}: {e} Raise config.task.max_prompt_len.") from None
+    except ValueError as e:  # Text the tokenizer cannot encode.
+      raise errors.InputError(f"{where}: {e}") from None
+    if len(response) > max_new_tokens:
+      raise errors.InputError(
+          f"{where}: the solution has {len(response)} tokens (with the end "
+          f"token), more than config.task.max_new_tokens={max_new_tokens}.")
+    k = len(example["steps"])
+    records.append(dict(
+        split=split, index=index, question=example["prompt"],
+        prompt_ids=[int(t) for t in tokens[0][mask[0] == 1]],
+        response_ids=[int(t) for t in response], text=text, finished=True,
+        outcome=float(example["outcome"]), q=list(example["q"]),
+        hard=list(example["hard"]), rollouts=[0] * k, v=None, v_rollouts=0,
+        oracle=None, first_error=None))
+  if records:
+    tokens, _, response_mask = scoring.layout_solutions(
+        [r["prompt_ids"] for r in records],
+        [r["response_ids"] for r in records], prompt_width=max_prompt_len,
+        response_budget=max_new_tokens, pad_id=tokenizer.pad_id)
+    counts = np.asarray(_num_steps(
+        tokens, response_mask, np.asarray(delimiter_mask, bool),
+        eos_id=tokenizer.stop_ids))
+    for (where, _), record, count in zip(examples, records, counts):
+      if count != len(record["hard"]):
+        raise errors.InputError(
+            f"{where}: {len(record['hard'])} steps, but the tokenizer cuts "
+            f"the joined solution into {count} (a token spans the step "
+            f"delimiter {delimiter!r} and its neighbours); use another "
+            "config.task.delimiter.")
+  return records
+
+
+def file_label_records(ctx, key: str) -> list[dict]:
+  """The label records of `prm.<key>` (train_path or valid_path).
+
+  Raises:
+    ConfigError naming the key, the file and the row at fault.
+  """
+  config, task = ctx.config, ctx.task
+  path = config.prm[key]
+  try:
+    examples = stepwise.read_examples(path, file_fields(config),
+                                      task.delimiter)
+    return records_from_examples(
+        examples, tokenizer=task.tokenizer, delimiter=task.delimiter,
+        delimiter_mask=task.delimiter_mask(),
+        max_prompt_len=task.max_prompt_len,
+        max_new_tokens=task.max_new_tokens,
+        split="train" if key == "train_path" else "valid")
+  except errors.InputError as e:
+    raise config_lib.ConfigError(f"config.prm.{key}: {e}") from None
+
+
 # ------------------------------------------------------------------- prm ---
 
 
@@ -368,19 +519,37 @@ def _label_set_path(ctx, label_set_path):
   return label_dir(ctx.workdir)
 
 
+def _layer_layout(model_config, params):
+  """Saved parameters in this run's block layout (`model.scan_layers`): a
+  PRM trained with per-layer blocks serves a scanned run, and back."""
+  if model_config.scan_layers and "layers_0" in params:
+    return models.stack_layers(model_config, params)
+  if not model_config.scan_layers and "layers" in params:
+    return models.unstack_layers(model_config, params)
+  return params
+
+
 def load_finished_prm(ctx, workdir: str):
   """The trained PRM and summary of a finished prm stage of `workdir`."""
   state, done = checkpoints.restore_finished(workdir, PRM_STAGE,
                                             "prm.init_from")
   meta = done["summary"]
+  trained_on = meta.get("prm/delimiter")
+  if trained_on is not None and trained_on != ctx.config.task.delimiter:
+    raise config_lib.ConfigError(
+        f"config.prm.init_from: the PRM of {workdir} was trained on steps cut "
+        f"at {trained_on!r}, but config.task.delimiter is "
+        f"{ctx.config.task.delimiter!r}; its step scores would be read at "
+        "other positions. Use the same delimiter.")
   kind = meta["prm/model"]
   heads = MODEL_HEADS[kind]
   source = f"config.prm.init_from: {workdir}"
-  params = context_lib.place_params(ctx, state["prm"]["params"], heads,
-                                    source=source)
-  reference = (context_lib.place_params(ctx, state["reference"],
-                                        source=source)
-               if kind == "implicit" else None)
+  params = context_lib.place_params(
+      ctx, _layer_layout(ctx.model_config, state["prm"]["params"]), heads,
+      source=source)
+  reference = (context_lib.place_params(
+      ctx, _layer_layout(ctx.model_config, state["reference"]),
+      source=source) if kind == "implicit" else None)
   print(f"[prm] reusing the trained {kind} PRM of {workdir} "
         f"(step {done['step']})")
   return (TrainedPRM(kind, params, reference, float(meta["prm/beta"])),
@@ -454,27 +623,36 @@ def _validation_metrics(ctx, prm: TrainedPRM, arrays, rows) -> dict:
   return out
 
 
-def run_prm_train(ctx, policy_params, label_set_path=None):
-  """Runs (or resumes, or reuses) PRM training; returns (TrainedPRM, summary).
+@dataclasses.dataclass
+class TrainingData:
+  """The label records a PRM trains on, and how they split.
 
-  Args:
-    ctx: the run context.
-    policy_params: the policy (backbone of a head PRM, reference and
-      initialisation of an implicit one).
-    label_set_path: the label directory (None: `labels.init_from`'s, else
-      this workdir's).
+  Attributes:
+    records: label records (`label_store`), groups of `group_size`
+      solutions of one problem contiguous.
+    group_size: solutions per problem (1 for file rows).
+    prover_k: K of a Best-of-K prover's labels (1 otherwise).
+    train_groups: indices of the training groups.
+    valid_groups: indices of the held-out groups.
+    info: summary entries describing the data.
   """
+  records: list
+  group_size: int
+  prover_k: int
+  train_groups: np.ndarray
+  valid_groups: np.ndarray
+  info: dict
+
+
+def _label_set_training_data(ctx, label_set_path) -> TrainingData:
+  """The Monte-Carlo label set of the labels stage (or labels.init_from)."""
   cfg = ctx.config.prm
-  if cfg.init_from:
-    return load_finished_prm(ctx, cfg.init_from)
   path = _label_set_path(ctx, label_set_path)
   try:
     manifest, records = label_store.read_label_set(path)
   except ValueError as e:
     raise config_lib.ConfigError(
         f"the prm stage needs a complete label set: {e}") from None
-  task = ctx.task
-  num_steps = ctx.config.task.max_steps
   group_size = int(manifest["samples_per_problem"])
   if len(records) % group_size:
     raise ValueError(f"{path}: {len(records)} solutions are not whole groups "
@@ -490,12 +668,69 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
     raise config_lib.ConfigError(
         f"config.prm.batch_size={cfg.batch_size} must be a multiple of the "
         f"label set's {group_size} solutions per problem.")
+  prover_k = int(manifest["prover_k"]) if manifest["prover"] == "best_of_k" \
+      else 1
+  train_groups, valid_groups = _split_groups(len(records) // group_size,
+                                             cfg.valid_fraction)
+  return TrainingData(records, group_size, prover_k, train_groups,
+                      valid_groups, {})
+
+
+def _file_training_data(ctx) -> TrainingData:
+  """`prm.train_path` (its first `prm.label_problems` rows, 0: all) and the
+  held-out `prm.valid_path`, else a `prm.valid_fraction` of the train rows;
+  every row is its own group."""
+  cfg = ctx.config.prm
+  records = file_label_records(ctx, "train_path")
+  if cfg.label_problems:
+    if cfg.label_problems > len(records):
+      raise config_lib.ConfigError(
+          f"config.prm.label_problems={cfg.label_problems}: "
+          f"{cfg.train_path} holds only {len(records)} rows.")
+    records = records[:cfg.label_problems]
+  if cfg.valid_path:
+    valid = file_label_records(ctx, "valid_path")
+    train_groups = np.arange(len(records))
+    valid_groups = np.arange(len(records), len(records) + len(valid))
+    records = records + valid
+  else:
+    train_groups, valid_groups = _split_groups(len(records),
+                                               cfg.valid_fraction)
+  info = {"prm/label_problems": len(train_groups),
+          "prm/train_rows": len(train_groups),
+          "prm/valid_rows": len(valid_groups),
+          "prm/train_path": cfg.train_path}
+  print(f"[prm] {len(train_groups)} training and {len(valid_groups)} held-out "
+        f"solutions from {cfg.train_path}"
+        + (f" and {cfg.valid_path}" if cfg.valid_path else ""))
+  return TrainingData(records, 1, 1, train_groups, valid_groups, info)
+
+
+def run_prm_train(ctx, policy_params, label_set_path=None):
+  """Runs (or resumes, or reuses) PRM training; returns (TrainedPRM, summary).
+
+  Args:
+    ctx: the run context.
+    policy_params: the policy (backbone of a head PRM, reference and
+      initialisation of an implicit one).
+    label_set_path: the label directory (None: `labels.init_from`'s, else
+      this workdir's); unused with `prm.data="file"`.
+  """
+  cfg = ctx.config.prm
+  if cfg.init_from:
+    return load_finished_prm(ctx, cfg.init_from)
+  if cfg.data == "file":
+    data = _file_training_data(ctx)
+  else:
+    data = _label_set_training_data(ctx, label_set_path)
+  records, group_size, prover_k = data.records, data.group_size, data.prover_k
+  train_groups, valid_groups = data.train_groups, data.valid_groups
+  task = ctx.task
+  num_steps = ctx.config.task.max_steps
   mesh_lib.check_batch_divides(cfg.batch_size, ctx.mesh, "config.prm")
   if cfg.micro_batch_size:
     mesh_lib.check_batch_divides(cfg.micro_batch_size, ctx.mesh,
                                  "config.prm.micro_batch_size")
-  prover_k = int(manifest["prover_k"]) if manifest["prover"] == "best_of_k" \
-      else 1
   arrays = training.label_arrays(
       records, prompt_width=task.max_prompt_len,
       response_budget=task.max_new_tokens, num_steps=num_steps,
@@ -503,8 +738,6 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
       pad_id=task.tokenizer.pad_id, target=cfg.target, prover_k=prover_k,
       progress_ratio=cfg.progress_ratio,
       drop_after_first_negative=cfg.drop_after_first_negative)
-  train_groups, valid_groups = _split_groups(len(records) // group_size,
-                                             cfg.valid_fraction)
   groups_per_batch = cfg.batch_size // group_size
   kind = cfg.model
   tx = programs.prm_optimizer(cfg)
@@ -585,11 +818,18 @@ def run_prm_train(ctx, policy_params, label_set_path=None):
   summary.update({"prm/steps": step, "prm/seconds": seconds,
                   "prm/model": kind, "prm/target": cfg.target,
                   "prm/prover_k": prover_k if cfg.target == "prover" else 1,
-                  "prm/value_weight": cfg.value_weight,
+                  # A file has no V-hat labels: V(question) is not trained.
+                  "prm/value_weight": (0.0 if cfg.data == "file" else
+                                       cfg.value_weight),
                   "prm/beta": cfg.implicit_beta,
                   "prm/label_problems": len(records) // group_size,
                   "prm/train_solutions": len(train_groups) * group_size,
-                  "prm/skipped_updates": int(state["prm"].skipped)})
+                  "prm/skipped_updates": int(state["prm"].skipped),
+                  "prm/data": cfg.data,
+                  # Step boundaries the PRM was trained on; a run scoring
+                  # with it must cut steps the same way (load_finished_prm).
+                  "prm/delimiter": ctx.config.task.delimiter})
+  summary.update(data.info)
   ctx.writer.write(PRM_STAGE, step, {k: v for k, v in summary.items()
                                      if not isinstance(v, str)})
   ckpt.mark_done(step, summary)
