@@ -28,12 +28,12 @@ def get_config(arg=None):
   config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
                              prm=arg.prm, model=arg.model, target=arg.target)
   config.rl.method = "clip_delta"
-  config.rl.clip_delta_mode = arg.mode
-  config.rl.clip_eta = 0.5
+  config.rl.clip_delta.mode = arg.mode
+  config.rl.clip_delta.eta = 0.5
   config.rl.process_coef = 1.0
   return config_lib.apply_size(config, arg.size, regime=arg.regime)
 
 
 def get_sweep():
-  return [{"rl.clip_delta_mode": mode} for mode in ("clip", "delta",
+  return [{"rl.clip_delta.mode": mode} for mode in ("clip", "delta",
                                                     "clip_delta")]

@@ -21,10 +21,10 @@ def get_config(arg=None):
   config.rl.prm_source = "oracle"
   if arg.method == "pav":
     config.rl.advantage_estimator = "drgrpo"  # PAV's Eq. 5 (methods/pav.py).
-  config.rl.pav_alpha = 1.0
-  config.rl.prover_k = 1
+  config.rl.pav.alpha = 1.0
+  config.rl.pav.prover_k = 1
   return config
 
 
 def get_sweep():
-  return [{"rl.pav_alpha": alpha} for alpha in (0.5, 1.0, 2.0)]
+  return [{"rl.pav.alpha": alpha} for alpha in (0.5, 1.0, 2.0)]

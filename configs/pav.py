@@ -45,13 +45,13 @@ def get_config(arg=None):
   config.prm.value_weight = 1.0  # A^mu of the first step needs V^pi.
   config.rl.method = "pav"
   config.rl.advantage_estimator = "drgrpo"  # r - group mean (Eq. 5).
-  config.rl.pav_alpha = arg.alpha
-  config.rl.prover_k = arg.k
+  config.rl.pav.alpha = arg.alpha
+  config.rl.pav.prover_k = arg.k
   config.rl.verifier_refresh_lr = arg.refresh
   return config_lib.apply_size(config, arg.size, regime=arg.regime)
 
 
 def get_sweep():
   """Effective-reward weight alpha and Best-of-K prover strength."""
-  return [{"rl.pav_alpha": alpha, "rl.prover_k": k}
+  return [{"rl.pav.alpha": alpha, "rl.pav.prover_k": k}
           for alpha in (0.25, 0.5, 1.0) for k in (1, 4)]

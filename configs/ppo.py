@@ -20,11 +20,11 @@ def get_config(arg=None):
   config.sft.init_from = arg.sft
   config.rl.method = "ppo"
   config.rl.gae_gamma = 1.0
-  config.rl.gae_lambda = 0.95
-  config.rl.value_learning_rate = 5e-4
+  config.rl.ppo.gae_lambda = 0.95
+  config.rl.ppo.value_learning_rate = 5e-4
   return config
 
 
 def get_sweep():
-  return [{"rl.gae_lambda": lam, "rl.value_learning_rate": lr}
+  return [{"rl.ppo.gae_lambda": lam, "rl.ppo.value_learning_rate": lr}
           for lam in (0.95, 1.0) for lr in (1e-4, 5e-4)]

@@ -24,14 +24,14 @@ def get_config(arg=None):
                                  regime=arg.regime)
   config.sft.init_from = arg.sft
   config.rl.method = "prime"
-  config.rl.prime_beta = 0.05
-  config.rl.prime_learning_rate = 1e-4
+  config.rl.prime.beta = 0.05
+  config.rl.prime.learning_rate = 1e-4
   config.rl.filter_accuracy = True
-  config.rl.prime_rloo_form = arg.rloo
-  config.rl.prime_batch_norm = bool(arg.batch_norm)
+  config.rl.prime.rloo_form = arg.rloo
+  config.rl.prime.batch_norm = bool(arg.batch_norm)
   return config
 
 
 def get_sweep():
-  return [{"rl.prime_beta": beta, "rl.prime_process_coef": coef}
+  return [{"rl.prime.beta": beta, "rl.prime.process_coef": coef}
           for beta in (0.05, 0.5) for coef in (1.0, 5.0)]

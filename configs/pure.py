@@ -13,7 +13,7 @@ drops below half its previous value; configs/prm.py shows it is the best
 verifier here), `model=head,target=hard` is a score head on Math-Shepherd
 labels (1[some continuation of the prefix is correct]).
 Its step rewards 2p - 1 are turned into min-form returns by the softmin
-transform (temperature `rl.pure_temperature`, default 0.1), or by the hard
+transform (temperature `rl.pure.temperature`, default 0.1), or by the hard
 min-form with `credit=min` (G_k = min over later steps) or `credit=min_paper`
 (the same up to the first minimum, 0 after it), with the
 token-level RLOO baseline of PURE; `vr=1` adds the verifiable outcome
@@ -34,14 +34,14 @@ def get_config(arg=None):
   config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
                              prm=arg.prm, model=arg.model, target=arg.target)
   config.rl.method = "pure"
-  config.rl.verifiable_reward_coef = arg.vr
-  config.rl.pure_temperature = arg.temperature
-  config.rl.pure_credit = arg.credit
+  config.rl.pure.verifiable_reward_coef = arg.vr
+  config.rl.pure.temperature = arg.temperature
+  config.rl.pure.credit = arg.credit
   return config_lib.apply_size(config, arg.size, regime=arg.regime)
 
 
 def get_sweep():
   """With and without the verifiable reward; softmin or hard min-form."""
-  return ([{"rl.verifiable_reward_coef": vr, "rl.pure_temperature": t}
+  return ([{"rl.pure.verifiable_reward_coef": vr, "rl.pure.temperature": t}
            for vr in (0.0, 1.0) for t in (0.1, 1.0)] +
-          [{"rl.pure_credit": credit} for credit in ("min", "min_paper")])
+          [{"rl.pure.credit": credit} for credit in ("min", "min_paper")])

@@ -48,7 +48,7 @@ log-probs, implicit PRM, values, verifier) run 64 rows at a time; the sampler
 reads a bfloat16 copy of the policy replicated over fsdp. Planned for 8 chips
 at Qwen2.5-1.5B shapes (`python -m experiments.plan --config=configs/qwen_gsm8k.py
 --config.model.hf_path=configs/hf_shapes/qwen2.5-1.5b --devices=8`), every
-step fits 16 GB a chip; the README has the table for 0.5B, 1.5B and 7B.
+step fits 16 GB a chip; docs/scale.md has the table for 0.5B, 1.5B and 7B.
 
 `get_config("smoke")` shrinks lengths and batches to check the plumbing on a
 small checkpoint (the test suite does this with a tiny random Qwen2).
@@ -68,8 +68,8 @@ def get_config(arg=None):
   config.stages = "rl"
   config.model.hf_path = ""           # Set to the checkpoint directory.
   config.model.dtype = "bfloat16"
-  # Sized for one 8-chip host at 1.5B (16 GB per chip; see the README's
-  # planner table): scanned, rematerialised layers, the LM head in 128-token
+  # Sized for one 8-chip host at 1.5B (16 GB per chip; see the planner
+  # table of docs/scale.md): scanned, rematerialised layers, the LM head in 128-token
   # chunks and a bfloat16 copy of the policy, replicated over fsdp, for the
   # sampler; micro-batches below.
   config.model.scan_layers = True

@@ -25,9 +25,9 @@ def get_config(arg=None):
   config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
                              prm=arg.prm, model=arg.model, target=arg.target)
   config.rl.method = "tp_grpo"
-  config.rl.tp_alpha = arg.alpha
+  config.rl.tp_grpo.alpha = arg.alpha
   return config_lib.apply_size(config, arg.size, regime=arg.regime)
 
 
 def get_sweep():
-  return [{"rl.tp_alpha": alpha} for alpha in (0.5, 1.0, 2.0)]
+  return [{"rl.tp_grpo.alpha": alpha} for alpha in (0.5, 1.0, 2.0)]

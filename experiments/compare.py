@@ -60,7 +60,7 @@ METHODS = {
     "pure": ("pure", "", (), "step"),
     "pure_min": ("pure", "credit=min", (), "step"),
     "oracle_pure": ("oracle", "method=pure", (), None),
-    "oracle_pure_min": ("oracle", "method=pure", ("rl.pure_credit=min",),
+    "oracle_pure_min": ("oracle", "method=pure", ("rl.pure.credit=min",),
                         None),
     "prime": ("prime", "", (), None),
     "tp_grpo": ("tp_grpo", "", (), "step"),

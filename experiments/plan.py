@@ -46,7 +46,6 @@ def main(config, argv):
   jax.config.update("jax_num_cpu_devices", _DEVICES.value)
   from rl_rewards.runners import pipeline  # pylint: disable=g-import-not-at-top
   from rl_rewards.runners import plan as plan_lib  # pylint: disable=g-import-not-at-top
-  from rl_rewards.runners import programs  # pylint: disable=g-import-not-at-top
   from rl_rewards.sharding import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
   memories = [float(x) for x in _MEMORY.value.split(",") if x.strip()]
@@ -56,7 +55,7 @@ def main(config, argv):
         f"dtype {model_config.dtype}; mesh {dict(mesh.shape)} "
         f"({_DEVICES.value} devices)", flush=True)
   with mesh_lib.activate(mesh, rules):
-    builders = programs.pipeline_programs(config, model_config, mesh)
+    builders = plan_lib.pipeline_programs(config, model_config, mesh)
     if _ONLY.value:
       wanted = [n.strip() for n in _ONLY.value.split(",") if n.strip()]
       unknown = sorted(set(wanted) - {b.name for b in builders})

@@ -27,7 +27,9 @@ import os
 
 from absl import app
 from absl import flags
+from absl import logging
 
+from experiments.benchmarks import results as results_lib
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import reports
 from rl_rewards.runners import pipeline
@@ -53,6 +55,13 @@ _AGGREGATION = flags.DEFINE_string(
     "aggregation", "min", "Step-score aggregation of Best-of-N and prm-mode "
     "beams: min | last | product | mean.")
 _TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature.")
+_RESULTS = flags.DEFINE_string(
+    "results", "", "Also add these curves, as the verifier `--results_name`, "
+    "to a published results file (docs/results/search.json), replacing that "
+    "verifier's earlier curves.")
+_RESULTS_NAME = flags.DEFINE_string(
+    "results_name", "", "The verifier's name in `--results` (e.g. "
+    "\"generative PRM\").")
 
 
 def plot(curves, path):
@@ -73,6 +82,11 @@ def plot(curves, path):
 
 def main(argv):
   del argv
+  # Library INFO logs (orbax restoring checkpoints) would drown the table.
+  logging.set_verbosity(logging.WARNING)
+  if _RESULTS.value and not _RESULTS_NAME.value:
+    raise app.UsageError("--results needs --results_name.")
+  start = results_lib.started()
   workdir = _WORKDIR.value
   config = prm_stages.run_config(workdir)
   output = _OUTPUT.value or os.path.join(workdir, "search")
@@ -91,6 +105,14 @@ def main(argv):
   with open(os.path.join(output, "search.md"), "w") as f:
     f.write(table + "\n")
   plot(curves, os.path.join(output, "search.png"))
+  if _RESULTS.value:
+    settings = {"num_problems": _NUM_PROBLEMS.value,
+                "candidates": _CANDIDATES.value, "alpha": _ALPHA.value,
+                "prover_k": _PROVER_K.value,
+                "aggregation": _AGGREGATION.value,
+                "temperature": _TEMPERATURE.value}
+    results_lib.add_search_run(_RESULTS.value, _RESULTS_NAME.value, curves,
+                               settings, start)
   print(json.dumps({"output": output}))
 
 

@@ -8,13 +8,16 @@ Every point's config is built and checked first (`cli.point_config`, and the
 checks a run makes before its first stage), so a bad key or value fails
 before any point runs. Each point then runs `experiments.train` in its own
 process (so points cannot affect each other) with the point's
-`--config.key=value` overrides, in its own workdir `<workdir>/<point name>`;
-finished points are reused (their workdir resumes), so a sweep can be
-interrupted and restarted. At the end the `summary.json` of every point is
-collected into `<workdir>/sweep.md` (a markdown table) and
-`<workdir>/sweep.json`. When a point fails, the sweep ends with a table of
-the failures (point, exit status, the last error line of its
-`sweep_log.txt`) and exits with status 1.
+`--config.key=value` overrides, in its own workdir under `<workdir>`, named
+by the point's index in the grid and the values that vary across it
+(`3-alpha=0.5,prover_k=4`; `cli.point_dirs`), with the point's full
+overrides in its `point.json`. Finished points are reused (their workdir
+resumes), so a sweep can be interrupted and restarted; a directory that holds
+another point (the grid changed) stops the sweep before any run. At the end
+the `summary.json` of every point is collected into `<workdir>/sweep.md` (a
+markdown table) and `<workdir>/sweep.json`. When a point fails, the sweep
+ends with a table of the failures (point, exit status, the last error line
+of its `sweep_log.txt`) and exits with status 1.
 """
 
 import concurrent.futures
@@ -31,7 +34,9 @@ from rl_rewards import metrics as metrics_lib
 from rl_rewards import reports
 from rl_rewards.runners import pipeline
 
-_CONFIG = flags.DEFINE_string("config", None, "Config file (with get_sweep()).")
+_CONFIG = flags.DEFINE_string(
+    "config", None, "Config file with a get_sweep() grid, path.py or "
+    "path.py:arg (see configs/*.py).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Root directory of the sweep.")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Points run at the same time.")
 _OVERRIDES = flags.DEFINE_multi_string(
@@ -62,10 +67,10 @@ def check_points(spec, points, root, extra=()):
   base = cli.load_config_file(spec)
   for item in extra:
     cli.check_override_key(base, item.split("=", 1)[0])
-  for point in points:
+  for point, name in zip(points, cli.point_dirs(points)):
     config = cli.point_config(spec, point)
     try:
-      pipeline.check_stages(config, os.path.join(root, cli.point_name(point)))
+      pipeline.check_stages(config, os.path.join(root, name))
     except config_lib.ConfigError as e:
       raise config_lib.ConfigError(
           f"sweep point {cli.point_name(point)}: {e}") from None
@@ -77,23 +82,27 @@ def main(argv):
   root = _WORKDIR.value
   check_points(_CONFIG.value, points, root, _OVERRIDES.value)
   os.makedirs(root, exist_ok=True)
+  dirs = cli.point_dirs(points)
+  full_names = dict(zip(dirs, map(cli.point_name, points)))
+  for point, name in zip(points, dirs):  # Before any run: a changed grid.
+    cli.write_point_file(os.path.join(root, name), _CONFIG.value, point)
   print(f"sweep: {len(points)} points from {_CONFIG.value} into {root}")
   failures = {}
   with concurrent.futures.ThreadPoolExecutor(_PARALLEL.value) as pool:
     futures = {
         pool.submit(run_point, _CONFIG.value, point, _OVERRIDES.value,
-                    os.path.join(root, cli.point_name(point))): point
-        for point in points}
+                    os.path.join(root, name)): name
+        for point, name in zip(points, dirs)}
     for future in concurrent.futures.as_completed(futures):
       code, line = future.result()
-      name = cli.point_name(futures[future])
+      name = futures[future]
       print(f"  {name}: {'done' if code == 0 else f'failed (exit {code})'}",
             flush=True)
       if code:
         failures[name] = (code, line)
   rows = reports.collect_sweep(root, points)
   table = reports.sweep_table(rows)
-  failed = [(name, *failures[name]) for name in map(cli.point_name, points)
+  failed = [(full_names[name], *failures[name]) for name in dirs
             if name in failures]
   if failed:
     table += (f"\n\n{len(failed)} of {len(points)} points failed:\n\n"

@@ -1,7 +1,7 @@
 """Runs one experiment from a config file.
 
     python -m experiments.train                                  # defaults
-    python -m experiments.train --config=configs/default.py --workdir=runs/x \
+    python -m experiments.train --config=configs/default.py --workdir=runs/x \\
         --config.rl.steps=200
 
 The workdir receives config.json, metrics.jsonl, checkpoints/ and
@@ -21,7 +21,9 @@ from rl_rewards.runners import pipeline
 from rl_rewards.sharding import mesh as mesh_lib
 
 _WORKDIR = flags.DEFINE_string(
-    "workdir", "runs/default", "Directory for checkpoints, metrics, summary.")
+    "workdir", "runs/default",
+    "Run directory (config.json, metrics.jsonl, checkpoints/, summary.json); "
+    "rerunning with the same workdir resumes the run.")
 
 
 def main(config, argv):

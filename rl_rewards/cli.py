@@ -9,15 +9,19 @@ inside ml_collections. Errors that stop a run without being a bug of the
 code are reported the same way, `error: <message>` and no traceback: bad
 input raised by the run itself (`errors.InputError`, which `ConfigError`
 is, a missing file, a full disk; exit status 2), W&B refusing to start
-(no login; 2), and too many consecutive non-finite updates
-(`train.max_consecutive_skips`; 1). `--debug`, or `RL_REWARDS_DEBUG=1` in
-the environment, shows their tracebacks too.
+(no login, or no wandb package; 2, saying how to log in or log offline),
+and too many consecutive non-finite updates (`train.max_consecutive_skips`;
+1). `--debug`, or `RL_REWARDS_DEBUG=1` in the environment, shows their
+tracebacks too. `--config` and `--debug` are listed under each entry
+point's `--help` with its own flags (`show_in_help`).
 """
 
 import difflib
 import importlib.util
 import inspect
+import json
 import os
+import re
 import sys
 
 from absl import app
@@ -27,9 +31,14 @@ from ml_collections import config_flags
 
 from rl_rewards import config_lib
 from rl_rewards import errors
+from rl_rewards import wandb_run
 
 
 DEBUG_ENV = "RL_REWARDS_DEBUG"
+CONFIG_HELP = (
+    "Config file, path.py or path.py:arg (see configs/*.py). Any key of the "
+    "config is set with --config.KEY=VALUE, e.g. --config.rl.steps=200 "
+    "--config.rl.method=pure; an unknown key fails with the keys it knows.")
 
 
 def _fail(message: str, status: int = 2):
@@ -53,9 +62,11 @@ def stop_message(error: BaseException):
   if isinstance(error, OSError) and errors.is_disk_full(error):
     return str(error), 2
   if type(error).__module__.split(".")[0] == "wandb":
-    return (f"W&B: {error} (config.logging.wandb_project is set: log in "
-            "with `wandb login` or WANDB_API_KEY, or log offline with "
-            "--config.logging.wandb_mode=offline)"), 2
+    return f"W&B: {error} {wandb_run.LOGIN_HELP}", 2
+  if isinstance(error, ModuleNotFoundError) and error.name == "wandb":
+    return ("W&B: config.logging.wandb_project is set but the wandb package "
+            "is not installed: pip install 'rl_rewards[wandb]' (or pip "
+            "install wandb), or leave config.logging.wandb_project empty."), 2
   nonfinite = sys.modules.get("rl_rewards.train.nonfinite")
   if nonfinite is not None and isinstance(error, nonfinite.NonFiniteError):
     return str(error), 1
@@ -126,10 +137,101 @@ def load_config_file(spec: str):
 
 
 def point_name(overrides: dict) -> str:
-  """The workdir name of a sweep point, e.g. `rl.learning_rate=5e-05`."""
+  """The full name of a sweep point, e.g. `rl.learning_rate=5e-05`."""
   if not overrides:
     return "base"
   return ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
+
+
+POINT_FILE = "point.json"
+_POINT_DIR_CHARS = 48  # Of the values part of a point's directory name.
+_MISSING = object()
+
+
+def _short_value(value) -> str:
+  if isinstance(value, bool):
+    text = str(value).lower()
+  elif isinstance(value, float):
+    text = f"{value:g}"
+  else:
+    text = str(value)
+  text = re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-")
+  return text[:16] or "-"
+
+
+def point_dirs(points) -> list[str]:
+  """The workdir names of a sweep's points, in the grid's order.
+
+  A name is the point's index in the grid, then the values that differ
+  between points, each after the last part of its key, e.g.
+  `3-alpha=0.5,prover_k=4` for `{"rl.pav.alpha": 0.5, "rl.pav.prover_k":
+  4}` in a grid over both (a grid of one point shows all its values). Where
+  that is longer than 48 characters, keys of several words go by their
+  initials (`3-alpha=0.5,pk=4`), and what is still too long is cut (`~`).
+  The index keeps names unique, also where two keys end alike or the
+  values are cut; the same grid gives the same names on every run, so an
+  interrupted sweep resumes its points. Each point's directory holds its
+  full overrides in `point.json` (`write_point_file`).
+  """
+  points = [dict(p) for p in points]
+  keys = sorted({k for p in points for k in p})
+  if len(points) > 1:
+    keys = [k for k in keys if len({repr(p.get(k, _MISSING))
+                                    for p in points}) > 1]
+  last = [k.split(".")[-1] for k in keys]
+  short = {k: (tail if last.count(tail) == 1 else k)
+           for k, tail in zip(keys, last)}
+
+  def values_of(point, short):
+    return ",".join(f"{short[k]}={_short_value(point[k])}"
+                    for k in keys if k in point)
+
+  if any(len(values_of(p, short)) > _POINT_DIR_CHARS for p in points):
+    # Too long: keys of several words by their initials (learning_rate:
+    # lr), unless two keys would read alike.
+    initials = {k: _initials(name) for k, name in short.items()}
+    if len(set(initials.values())) == len(initials):
+      short = initials
+  digits = len(str(max(len(points) - 1, 0)))
+  names = []
+  for index, point in enumerate(points):
+    values = values_of(point, short)
+    if len(values) > _POINT_DIR_CHARS:
+      values = values[:_POINT_DIR_CHARS].rstrip(",=") + "~"
+    names.append(f"{index:0{digits}d}" + (f"-{values}" if values else ""))
+  return names
+
+
+def _initials(name: str) -> str:
+  """`drop_after_first_negative` -> `dafn`; one word stays itself."""
+  words = [w for w in name.split("_") if w]
+  return "".join(w[0] for w in words) if len(words) > 1 else name
+
+
+def write_point_file(workdir: str, spec: str, point: dict):
+  """Writes a point's config spec and full overrides to its workdir, or,
+  when an earlier sweep left one there, checks that it is the same point.
+
+  Raises:
+    ConfigError: the directory holds another point (the grid changed
+      since that sweep): its runs would resume the wrong point.
+  """
+  path = os.path.join(workdir, POINT_FILE)
+  record = {"config": spec, "overrides": dict(point),
+            "name": point_name(point)}
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      earlier = json.load(f)
+    if earlier.get("overrides") != json.loads(json.dumps(record["overrides"])):
+      raise config_lib.ConfigError(
+          f"sweep point {point_name(point)}: {workdir} holds the point "
+          f"{earlier.get('name')!r} of an earlier grid; sweep into another "
+          "--workdir (or remove that directory).")
+    return
+  os.makedirs(workdir, exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(record, f, indent=2, sort_keys=True)
+    f.write("\n")
 
 
 def load_sweep(spec: str):
@@ -187,6 +289,10 @@ def check_override_key(config, dotted: str):
   for part in dotted.split("."):
     keys = list(node.keys()) if hasattr(node, "keys") else []
     if part not in keys:
+      if config_lib.moved_key(dotted):
+        raise config_lib.ConfigError(
+            f"--config.{dotted}: unknown key; it moved to "
+            f"--config.{config_lib.moved_key(dotted)}.")
       where = "config" + "".join(f".{w}" for w in walked)
       hint = difflib.get_close_matches(part, keys, n=1)
       hint = f" Did you mean {hint[0]!r}?" if hint else ""
@@ -223,9 +329,9 @@ def run(main, *, default_config: str | None = "configs/default.py"):
       raise
     _fail(str(e))
   holder = config_flags.DEFINE_config_file(
-      "config", default_config, "Experiment config file (configs/*.py).",
-      lock_config=True)
+      "config", default_config, CONFIG_HELP, lock_config=True)
   define_debug_flag()
+  show_in_help("config")
 
   @reporting_errors
   def _main(argv):
@@ -237,7 +343,21 @@ def run(main, *, default_config: str | None = "configs/default.py"):
 
 
 def define_debug_flag():
-  """Defines `--debug` (read by `debug_requested`) unless it exists."""
+  """Defines `--debug` (read by `debug_requested`) unless it exists, and
+  lists it under the entry point's `--help`."""
   if "debug" not in flags.FLAGS:
     flags.DEFINE_bool("debug", False, "Show the traceback of errors that "
                       f"stop a run (also: {DEBUG_ENV}=1).")
+  show_in_help("debug")
+
+
+def show_in_help(*names):
+  """Lists flags defined outside the entry point under its `--help`.
+
+  absl's `--help` shows the key flags of the main module (`sys.argv[0]`):
+  those it defines and those registered as key for it. `--config` (defined
+  here through `config_flags`) and `--debug` would otherwise show only in
+  `--helpfull`, among the flags of every imported library.
+  """
+  for name in names:
+    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])

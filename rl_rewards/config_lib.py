@@ -8,34 +8,30 @@ at the boundary (the runner calls it before doing any work) and raises
 Sections map one-to-one to components: `task`, `model`, `mesh`, `sft`, `rl`,
 `labels`, `prm`, `prm_eval`, `eval`, `checkpoint`, `logging`, `train` (the
 non-finite guard), `debug` (fault injection). Components receive their own
-section, never the whole config.
+section, never the whole config. A credit-assignment method's own keys are
+the section `rl.<method>` (e.g. `rl.pav.alpha`), declared and checked with
+the table of methods in `config_methods.py`; the data keys of text tasks
+are parsed and checked in `config_data.py`.
 
-Following a run live (`logging`): every metric a run writes to
-`<workdir>/metrics.jsonl` is also written to TensorBoard event files under
-`<workdir>/tensorboard/` (`logging.tensorboard`, on by default; watch with
-`tensorboard --logdir <workdir>/tensorboard`, tags `<stage>/<metric>` against
-the stage's step) and, when `logging.wandb_project` is set, to a Weights &
-Biases run that a restarted run resumes (`pip install -e '.[wandb]'`;
-`logging.wandb_mode=offline` writes it under `<workdir>/wandb/` for a later
-`wandb sync`). `python -m experiments.plot --workdir=<workdir>` draws the
-run's curves to a PNG at any time. Long host-side loops (labels, evaluation,
-PRM evaluation, search) show a progress bar with rate and ETA on a terminal
-and a plain line every `logging.progress_every_s` seconds otherwise. The
-whole `logging` section may change when a workdir is resumed.
+Following a run live (`logging`): metrics also go to TensorBoard event files
+(on by default) and, with `logging.wandb_project`, to a Weights & Biases run;
+long host-side loops show their progress (docs/monitoring.md). The whole
+`logging` section may change when a workdir is resumed.
 """
 
-import dataclasses
-import re
 
 import ml_collections
 
+from rl_rewards import config_data
+from rl_rewards import config_methods
 from rl_rewards import errors
-from rl_rewards.data import readers
+from rl_rewards.data import stepwise
 from rl_rewards.tasks import tokenizer as tokenizer_lib
 
 
-class ConfigError(errors.InputError):
-  """A config value is missing, has the wrong type, or is out of range."""
+# A config value is missing, has the wrong type, or is out of range (the
+# error of every check here; defined with the other input errors).
+ConfigError = errors.ConfigError
 
 
 def parse_arg(arg, **defaults):
@@ -194,8 +190,9 @@ def base_config():
       b2=0.99,
       grad_clip=1.0,
       # Credit assignment: outcome | reinforce_pp | ppo | pav | pure |
-      # grpo_process | clip_delta | prime | tp_grpo (one module each in
-      # rl_rewards/runners/methods/, which also checks its keys).
+      # grpo_process | clip_delta | prime | tp_grpo (config_methods.METHODS;
+      # one module each in rl_rewards/runners/methods/). A method's own keys
+      # are its section config.rl.<method>, e.g. config.rl.pav.alpha.
       method="outcome",
       advantage_estimator="grpo",   # Outcome baseline: grpo | drgrpo | rloo
       advantage_eps=1e-6,
@@ -213,42 +210,13 @@ def base_config():
       # activations or sampler copy, temperature != 1, top_p < 1) |
       # recompute | sampler.
       old_logprobs="auto",
-      # REINFORCE++: none (outcome - beta * KL in the token reward) | group
-      # (REINFORCE++-baseline); beta = reward_kl_coef.
-      reinforce_baseline="none",
-      reward_kl_coef=0.0,
-      # PAV (Setlur et al.): effective reward (r - baseline) + alpha * A^mu.
-      pav_alpha=0.5,
-      prover_k=4,              # Best-of-K prover: Q^mu = 1 - (1 - Q)^K.
-      # PURE (Cheng et al.): min-form credit assignment: softmin (the
-      # paper's transform) | min (hard: G_k = min_{j>=k} r_j) | min_paper
-      # (hard, 0 after the first argmin).
-      pure_credit="softmin",
-      pure_temperature=0.1,    # Softmin temperature T.
-      pure_baseline="token",   # token | step
-      verifiable_reward_coef=1.0,  # 0: PRM only; > 0: PRM + VR.
-      mask_step_end_tokens=True,
-      # TP-GRPO (He et al.): capability-adaptive weight r^c = tp_alpha * acc.
-      tp_alpha=1.0,
-      # grpo_process / clip_delta: weight of the process term.
-      process_coef=1.0,
-      clip_eta=0.5,            # Clip threshold eta (Gao et al.).
-      clip_delta_mode="clip_delta",  # clip | delta | clip_delta
-      # PRIME (Cui et al.): online implicit PRM.
-      prime_beta=0.05,
-      prime_learning_rate=1e-4,
-      prime_process_coef=5.0,
-      prime_outcome_coef=5.0,
-      prime_rloo_form="code",  # code (PRIME's runs) | paper (Eq. 5).
-      prime_batch_norm=False,  # Rescale process rewards by max |return|.
       filter_accuracy=False,   # Train only on groups with mean reward in range.
       filter_accuracy_low=0.2,
       filter_accuracy_high=0.8,
-      # PPO: value model (initialised from the policy backbone) + GAE.
-      value_learning_rate=1e-4,
-      value_clip=0.5,
+      # grpo_process / clip_delta: weight of the process term.
+      process_coef=1.0,
+      # Discount of the token returns (ppo's GAE, reinforce_pp).
       gae_gamma=1.0,
-      gae_lambda=1.0,
       clip_low=0.2,            # PPO clip ratio epsilon (lower side).
       clip_high=0.2,           # Upper side (DAPO clip-higher: 0.28).
       clip_c=3.0,              # Dual-clip constant (> 1); 0 disables.
@@ -270,6 +238,8 @@ def base_config():
       log_every_steps=1,
       checkpoint_every_steps=25,
   ))
+  for name, section in config_methods.sections().items():
+    c.rl[name] = section
 
   # Monte-Carlo step labels from prover rollouts (stage "labels").
   c.labels = ml_collections.ConfigDict(dict(
@@ -292,6 +262,19 @@ def base_config():
   # PRM / PAV / implicit-PRM training (stage "prm").
   c.prm = ml_collections.ConfigDict(dict(
       init_from="",            # Workdir whose trained PRM to reuse.
+      # Training data: labels (the label set of the labels stage, or of
+      # labels.init_from) | file (step-labelled solutions in train_path,
+      # held out: valid_path, else a valid_fraction of train_path;
+      # rl_rewards/data/stepwise.py). A file PRM starts from the checkpoint.
+      data="labels",
+      train_path="",           # .jsonl, .json, .parquet or a shard dir.
+      valid_path="",
+      # Layout of the files: trl (prompt, completions, labels) |
+      # math_shepherd (input with "ки" step tags, label with +/-); "": trl.
+      preset="",
+      # Renames, "key=path,...": prompt, completions, labels, soft_labels,
+      # outcome (trl) or input, label (math_shepherd); dotted paths.
+      fields="",
       # head (score head read at each step's last token: a PRM or PAV) |
       # generative (step score = probability the LM head gives the step's
       # tokens; score head for V) | implicit (beta * log-ratio to the
@@ -582,10 +565,6 @@ def use_trained_prm(config, *, sft: str = "", labels: str = "",
 
 _KNOWN_STAGES = ("sft", "labels", "prm", "prm_eval", "rl", "sft_continue")
 _ESTIMATORS = ("grpo", "drgrpo", "rloo")
-# The table of methods is rl_rewards/runners/methods.METHODS (a test keeps
-# the two equal); their own keys are checked there.
-_METHODS = ("outcome", "reinforce_pp", "ppo", "pav", "pure", "grpo_process",
-            "clip_delta", "prime", "tp_grpo")
 _LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
              "seq-mean-token-sum-norm")
 _KL = ("k1", "k2", "k3", "abs")
@@ -596,121 +575,19 @@ def _require(condition, key, message):
     raise ConfigError(f"config.{key}: {message}")
 
 
-# Tasks that read question/answer files (`task.train_path`, `eval_path`).
-FILE_TASKS = ("gsm8k", "math")
-_SET_NAME_RE = re.compile(r"[A-Za-z0-9_]+")
-
-
-def task_fields(task) -> readers.FieldMap:
-  """The field map of a file task's data (`task.preset` + `task.fields`).
-
-  Raises:
-    ConfigError naming task.preset or task.fields.
-  """
-  preset = task.preset or task.name
-  if readers.preset_name(preset) is None:
-    raise ConfigError(
-        f"config.task.preset: unknown preset {preset!r}; one of "
-        f"{sorted(readers.PRESETS) + sorted(readers.PRESET_ALIASES)}.")
-  try:
-    return readers.field_map(preset, task.fields)
-  except ValueError as e:
-    raise ConfigError(f"config.task.fields: {e}") from None
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalSet:
-  """One entry of `eval.sets`: a held-out file and how to read it."""
-  name: str
-  path: str
-  fields: readers.FieldMap
-
-
-def eval_sets(config) -> list[EvalSet]:
-  """Parses `eval.sets` ("NAME:PATH" or "NAME:PRESET:PATH", comma-separated).
-
-  Raises:
-    ConfigError naming eval.sets and the bad entry.
-  """
-  out = []
-  for entry in (e.strip() for e in config.eval.sets.split(",")):
-    if not entry:
-      continue
-    bad = f"config.eval.sets: bad entry {entry!r}; "
-    name, sep, rest = entry.partition(":")
-    name = name.strip()
-    if not sep or not rest.strip():
-      raise ConfigError(bad + "expected NAME:PATH or NAME:PRESET:PATH.")
-    if not _SET_NAME_RE.fullmatch(name):
-      raise ConfigError(bad + "NAME must match [A-Za-z0-9_]+.")
-    if any(s.name == name for s in out):
-      raise ConfigError(bad + f"the name {name!r} is used twice.")
-    preset, sep, path = rest.partition(":")
-    if not sep or readers.preset_name(preset) is None:
-      # NAME:PATH (a path may hold ":").
-      preset, path = "", rest
-    path = path.strip()
-    if not path:
-      raise ConfigError(bad + "the path is empty.")
-    if not preset and readers.preset_name(name) is not None:
-      preset = name
-    if preset:
-      fields = readers.PRESETS[readers.preset_name(preset)]
-    elif config.task.name not in FILE_TASKS:
-      raise ConfigError(bad + f"the {config.task.name} task reads no files: "
-                        "name the layout (NAME:PRESET:PATH).")
-    else:
-      try:
-        fields = task_fields(config.task)
-      except ConfigError as e:
-        raise ConfigError(
-            f"{bad}it takes the task's layout, which is bad: {e}") from None
-    out.append(EvalSet(name=name, path=path, fields=fields))
-  return out
-
-
-def _validate_text_data(config):
-  """The data keys of text tasks (syntax only; files: runners/tasks.py)."""
-  task = config.task
-  if task.name in FILE_TASKS:
-    fields = task_fields(task)
-    for stage in ("sft", "sft_continue"):
-      _require(stage not in stage_names(config) or
-               (stage == "sft" and config.sft.init_from) or
-               fields.has_solution, "task.fields",
-               f"the {stage} stage trains on reference solutions, but the "
-               f"layout (task.preset={task.preset or task.name!r}, "
-               f"task.fields={task.fields!r}) has none; map one with "
-               "task.fields=solution=PATH or drop the stage.")
-  else:
-    for key in ("preset", "fields"):
-      _require(not task[key], f"task.{key}",
-               f"only for file tasks ({', '.join(FILE_TASKS)}), not "
-               f"{task.name!r}.")
-  _require(not config.eval.sets.replace(",", "").strip() or
-           task.name != "arith",
-           "eval.sets", "held-out sets are for text tasks (gsm8k, math, "
-           "reasoning_gym).")
-  eval_sets(config)
-  _require(config.eval.sets_samples >= 0, "eval.sets_samples",
-           f"must be >= 0 (0: eval.pass_n), got {config.eval.sets_samples}.")
-  _require(config.eval.sets_samples == 0 or
-           config.eval.sets_samples >= config.eval.pass_n,
-           "eval.sets_samples", f"must be >= eval.pass_n "
-           f"({config.eval.pass_n}) for pass@{config.eval.pass_n}, got "
-           f"{config.eval.sets_samples}.")
-  _require(config.eval.sets_size >= 0, "eval.sets_size",
-           f"must be >= 0 (0: every problem), got {config.eval.sets_size}.")
-  _require(config.eval.sets_temperature > 0, "eval.sets_temperature",
-           f"must be > 0 (pass@k samples), got "
-           f"{config.eval.sets_temperature}.")
+def moved_key(dotted: str) -> str:
+  """The key that replaced a former key (`rl.pav_alpha` -> `rl.pav.alpha`),
+  or "" when `dotted` is not a former key."""
+  return config_methods.renamed_keys().get(dotted, "")
 
 
 def _check_keys(config, reference, prefix=""):
   for key in config.keys():
     path = f"{prefix}{key}"
     if key not in reference:
-      raise ConfigError(f"config.{path}: unknown key.")
+      new = moved_key(path)
+      raise ConfigError(f"config.{path}: unknown key" + (
+          f"; it moved to config.{new}." if new else "."))
     value, ref = config[key], reference[key]
     if isinstance(ref, ml_collections.ConfigDict):
       _require(isinstance(value, ml_collections.ConfigDict), path,
@@ -784,11 +661,17 @@ def _validate_prm(config):
            "must be in [0, 1).")
   _require(prm.label_problems >= 0, "prm.label_problems",
            f"must be >= 0 (0: every problem), got {prm.label_problems}.")
-  _require(prm.batch_size % labels.samples_per_problem == 0, "prm.batch_size",
+  from_file = _validate_prm_data(config)
+  # File rows are single solutions: groups of one.
+  group = 1 if from_file else labels.samples_per_problem
+  _require(prm.batch_size % group == 0, "prm.batch_size",
            f"must be a multiple of labels.samples_per_problem "
            f"({labels.samples_per_problem}): batches hold whole groups.")
-  _require(prm.model != "implicit" or prm.implicit_loss != "dpo" or
-           labels.samples_per_problem >= 2, "labels.samples_per_problem",
+  dpo = prm.model == "implicit" and prm.implicit_loss == "dpo"
+  _require(not dpo or not from_file, "prm.implicit_loss",
+           "the DPO loss pairs solutions of a problem, and prm.data='file' "
+           "rows are single solutions: use ce.")
+  _require(not dpo or group >= 2, "labels.samples_per_problem",
            "the DPO loss pairs solutions of a problem: need >= 2.")
   for key in ("num_problems", "valid_problems", "bon_problems", "bon_samples",
               "prompts_per_batch"):
@@ -797,14 +680,47 @@ def _validate_prm(config):
   _require(prm_eval.temperature > 0, "prm_eval.temperature", "must be > 0.")
   _check_micro_batch(prm.micro_batch_size, prm.batch_size,
                      "prm.micro_batch_size", "prm.batch_size")
-  _require(prm.model != "implicit" or
-           prm.micro_batch_size % labels.samples_per_problem == 0,
+  _require(prm.model != "implicit" or prm.micro_batch_size % group == 0,
            "prm.micro_batch_size",
            f"must be a multiple of labels.samples_per_problem "
            f"({labels.samples_per_problem}) for model=implicit: micro-batches "
            "hold whole groups.")
   _require(prm.pass_micro_batch_size >= 0, "prm.pass_micro_batch_size",
            f"must be >= 0, got {prm.pass_micro_batch_size}.")
+
+
+PRM_DATA = ("labels", "file")
+
+
+def _validate_prm_data(config) -> bool:
+  """Checks `prm.data` and its file keys; returns whether it is "file"."""
+  prm = config.prm
+  _require(prm.data in PRM_DATA, "prm.data",
+           f"must be one of {PRM_DATA}, got {prm.data!r}.")
+  if prm.data != "file":
+    for key in ("train_path", "valid_path", "preset", "fields"):
+      _require(not prm[key], f"prm.{key}", "is only read with "
+               "prm.data='file'.")
+    return False
+  stages = stage_names(config)
+  _require("labels" not in stages, "stages", "prm.data='file' trains on "
+           "prm.train_path: drop the labels stage.")
+  _require(bool(prm.train_path) or bool(prm.init_from) or "prm" not in stages,
+           "prm.train_path", "prm.data='file' needs a file of step-labelled "
+           "solutions (.jsonl, .json, .parquet or a directory of .parquet "
+           "shards).")
+  _require(prm.target in ("soft", "hard"), "prm.target",
+           f"must be soft or hard with prm.data='file' (the file's labels, "
+           f"or them thresholded at 1/2), got {prm.target!r}.")
+  preset = prm.preset.strip().lower() or "trl"
+  _require(preset in stepwise.PRESETS, "prm.preset",
+           f"unknown preset {prm.preset!r}; one of "
+           f"{sorted(stepwise.PRESETS)}.")
+  try:
+    stepwise.field_map(preset, prm.fields)
+  except ValueError as e:
+    raise ConfigError(f"config.prm.fields: {e}") from None
+  return True
 
 
 _WANDB_MODES = ("online", "offline")
@@ -904,17 +820,13 @@ def validate(config):
   _require(0 < rl.top_p <= 1, "rl.top_p", "must be in (0, 1].")
   _require(rl.advantage_estimator in _ESTIMATORS, "rl.advantage_estimator",
            f"must be one of {_ESTIMATORS}.")
-  _require(rl.method in _METHODS, "rl.method", f"must be one of {_METHODS}.")
+  _require(rl.method in config_methods.METHODS, "rl.method",
+           f"must be one of {tuple(config_methods.METHODS)}.")
   _require(rl.prm_source in ("model", "oracle"), "rl.prm_source",
            "must be 'model' or 'oracle'.")
-  _require(rl.pure_baseline in ("token", "step"), "rl.pure_baseline",
-           "must be 'token' or 'step'.")
-  _require(rl.clip_delta_mode in ("clip", "delta", "clip_delta"),
-           "rl.clip_delta_mode", "must be clip, delta or clip_delta.")
-  _require(rl.prover_k >= 1, "rl.prover_k", "must be >= 1.")
+  config_methods.validate(rl)
   _require(rl.verifier_refresh_lr >= 0, "rl.verifier_refresh_lr",
            "must be >= 0 (0: no refresh).")
-  _require(rl.pure_temperature > 0, "rl.pure_temperature", "must be > 0.")
   _require(rl.old_logprobs in ("auto", "recompute", "sampler"),
            "rl.old_logprobs", "must be auto, recompute or sampler, got "
            f"{rl.old_logprobs!r}.")
@@ -939,5 +851,5 @@ def validate(config):
   nonfinite_steps(config.debug.nonfinite_steps)
   _require(config.eval.size_per_k > 0, "eval.size_per_k", "must be > 0.")
   _require(config.eval.pass_n >= 1, "eval.pass_n", "must be >= 1.")
-  _validate_text_data(config)
+  config_data.validate_text_data(config, stage_names(config))
   return config

@@ -3,7 +3,8 @@
 `InputError` (a `ValueError`) means "the input is wrong, the code is not":
 its message names the config key, file (and line) or checkpoint at fault and
 says what was expected. The command-line entry points print it as one line,
-without a traceback (`rl_rewards.cli`); `config_lib.ConfigError` is one.
+without a traceback (`rl_rewards.cli`); `ConfigError` (also reached as
+`config_lib.ConfigError`) is the one of a config value.
 docs/errors.md lists the cases and the tests that check them.
 
 `disk_full(path, error)` turns an out-of-space `OSError` into one that says
@@ -15,6 +16,10 @@ import errno
 
 class InputError(ValueError):
   """Bad input, reported with the key, file or line at fault."""
+
+
+class ConfigError(InputError):
+  """A config value is missing, has the wrong type, or is out of range."""
 
 
 def is_disk_full(error: BaseException) -> bool:

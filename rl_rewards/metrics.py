@@ -186,8 +186,12 @@ class MetricsWriter:
     project = _logging_value(self._logging, "wandb_project", "")
     if project:
       from rl_rewards import wandb_run  # pylint: disable=g-import-not-at-top
+      state_path = os.path.join(self._workdir, wandb_run.STATE_FILE)
       sinks.append(wandb_run.WandbSink(
           self._workdir, project=project,
+          state=(read_json(state_path) if os.path.exists(state_path)
+                 else {}),
+          save_state=lambda state: write_json_atomic(state_path, state),
           entity=_logging_value(self._logging, "wandb_entity", ""),
           mode=_logging_value(self._logging, "wandb_mode", "online"),
           config=self._run_config))
@@ -284,8 +288,15 @@ def write_summary(workdir: str, summary: dict):
 
 def format_status(stage: str, step: int, total: int, metrics: dict,
                   keys: tuple[str, ...]) -> str:
-  """One human-readable status line, e.g. for each training step."""
+  """One human-readable status line, e.g. for each training step.
+
+  Updates skipped for a non-finite loss or gradient (`*skipped_updates`
+  keys, the run's counts so far) are appended when there are any.
+  """
   parts = [f"[{stage}] step {step}/{total}"]
+  keys = tuple(keys) + tuple(
+      k for k in sorted(metrics) if k.endswith("skipped_updates") and
+      k not in keys and _to_json_value(metrics[k]))
   for key in keys:
     if key in metrics:
       value = _to_json_value(metrics[key])

@@ -1,10 +1,13 @@
-"""Reports over finished workdirs: sweep tables and method comparisons.
+"""Reports over finished workdirs: run summaries, sweep tables and method
+comparisons.
 
 Reads `summary.json` and `metrics.jsonl` files (never writes them) and turns
-them into markdown tables, JSON-ready dicts and PNG plots, for
+them into text, markdown tables, JSON-ready dicts and PNG plots: the summary
+a run prints at its end (`summary_text`), and the reports of
 `experiments/sweep.py` and `experiments/compare.py`.
 """
 
+import math
 import os
 
 import numpy as np
@@ -14,11 +17,103 @@ from rl_rewards import metrics as metrics_lib
 
 SWEEP_COLUMNS = ("eval/accuracy", "eval/pass@8", "eval/step_accuracy")
 
+# What the end-of-run summary shows of the stages without held-out accuracy:
+# (summary key, label). Verifier quality is against the task's step checker
+# where it has one (`vs checker`), on held-out problems.
+_STAGE_HEADLINES = {
+    "labels": (("labels/solutions", "solutions"),
+               ("labels/q_auroc_vs_oracle", "Q-hat step AUROC vs checker"),
+               ("labels/first_error_vs_oracle", "first error vs checker")),
+    "prm": (("prm/valid_auroc_vs_oracle", "validation step AUROC vs checker"),
+            ("prm/valid_f1_at_half", "first-error F1"),
+            ("prm/valid_auroc_vs_labels", "step AUROC vs its labels"),
+            ("prm/valid_abs_error", "|error| vs its labels"),
+            ("prm/steps", "steps")),
+    "prm_eval": (("prm_eval/auroc", "test step AUROC"),
+                 ("prm_eval/f1", "first-error F1"),
+                 ("prm_eval/bon16_min", "BoN-16 (min)"),
+                 ("prm_eval/bon16_majority", "BoN-16 majority")),
+}
+# Per stage with a policy: (summary key, label) shown after the accuracy.
+_POLICY_EXTRAS = (("sft/steps", "steps"), ("rl/steps", "steps"),
+                  ("sft_continue/steps", "steps"))
+
+
+def summary_text(summary) -> str:
+  """The end-of-run summary a person reads, from a `summary.json` dict.
+
+  One line per stage, with its time: held-out accuracy (and pass@k, the
+  extra held-out sets' pass@1) for the stages that train the policy; the
+  verifier's held-out quality for `labels`, `prm` and `prm_eval`. Then the
+  RL gain (held-out accuracy after RL minus after SFT, and minus the
+  SFT-continued baseline when the run has one), the updates skipped for a
+  non-finite loss or gradient (when any) and the wall time.
+  """
+  stages = summary["stages"]
+  times = summary.get("stage_time_s", {})
+  lines = ["", "=== summary ==="]
+  width = max([len(stage) for stage in stages] + [3])
+  for stage, values in stages.items():
+    text = _stage_text(stage, values)
+    if stage in times:
+      text += f" ({times[stage]:.0f} s)"
+    lines.append(f"{stage:>{width}}: {text}")
+  rl_acc = stages.get("rl", {}).get("eval/accuracy")
+  for base, name in (("sft", "SFT"), ("sft_continue", "SFT continued")):
+    base_acc = stages.get(base, {}).get("eval/accuracy")
+    if rl_acc is not None and base_acc is not None:
+      lines.append(f"RL gain over {name}: {rl_acc - base_acc:+.3f} held-out "
+                   f"accuracy ({base_acc:.3f} -> {rl_acc:.3f})")
+  skipped = []
+  for stage, values in stages.items():
+    for key, value in sorted(values.items()):
+      if key.endswith("skipped_updates") and value:
+        model = key.split("/")[-1][:-len("skipped_updates")].rstrip("_")
+        skipped.append(f"{stage}{' ' + model if model else ''} {value}")
+  if skipped:
+    lines.append("updates skipped (non-finite loss or gradient): " +
+                 ", ".join(skipped))
+  lines.append(f"wall time {summary['wall_time_s']:.0f} s")
+  return "\n".join(lines)
+
+
+def _number(value):
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _stage_text(stage, values):
+  numbers = {k: v for k, v in values.items() if _number(v)}
+  if "eval/accuracy" in numbers:
+    parts = [f"held-out accuracy {numbers['eval/accuracy']:.3f}"]
+    parts += [f"{k.split('/')[-1]} {numbers[k]:.3f}" for k in sorted(numbers)
+              if k.startswith("eval/pass@")]
+    parts += [f"{k[len('eval/'):]} {numbers[k]:.3f}" for k in sorted(numbers)
+              if k.startswith("eval/") and k.count("/") == 2 and
+              k.endswith("/pass@1")]
+    parts += [f"{label} {numbers[k]}" for k, label in _POLICY_EXTRAS
+              if k in numbers]
+    if values.get("sft/converged") is False:
+      parts.append("target accuracy not reached")
+    return "; ".join(parts)
+  shown = [(k, label) for k, label in _STAGE_HEADLINES.get(stage, ())
+           if k in numbers]
+  if not shown:  # A stage without headline numbers: its first few.
+    shown = [(k, k) for k in sorted(numbers)[:6]]
+  return ", ".join(f"{label} {_measured(numbers[k])}" for k, label in shown)
+
+
+def _measured(value):
+  # NaN: not measured (e.g. an AUROC without wrong steps to rank).
+  return "n/a" if isinstance(value, float) and math.isnan(value) else (
+      _fmt(value))
+
 
 def collect_sweep(root, points):
+  """A row per sweep point: its name, workdir (`cli.point_dirs`) and
+  summary (None when it has not finished)."""
   rows = []
-  for overrides in points:
-    workdir = os.path.join(root, cli.point_name(overrides))
+  for overrides, name in zip(points, cli.point_dirs(points)):
+    workdir = os.path.join(root, name)
     path = os.path.join(workdir, metrics_lib.SUMMARY_FILE)
     summary = metrics_lib.read_json(path) if os.path.exists(path) else None
     rows.append({"point": cli.point_name(overrides), "workdir": workdir,
@@ -505,9 +600,18 @@ def plot_comparison(results, path, title=""):
 
 
 def tokens_to_match(curve, tokens):
-  """Best-of-N tokens interpolated (log-linear) at a given accuracy."""
+  """Best-of-N tokens interpolated (log-linear) at a given accuracy.
+
+  None outside the curve's accuracies, and for a curve whose accuracy does
+  not grow with its tokens (a verifier that picks worse answers the more it
+  sees): the tokens "needed" for an accuracy are then not defined.
+  """
   points = sorted((p["accuracy"], p["tokens_per_problem"]) for p in curve)
   accs = [a for a, _ in points]
+  by_tokens = [p["accuracy"] for p in sorted(
+      curve, key=lambda p: p["tokens_per_problem"])]
+  if any(b < a for a, b in zip(by_tokens, by_tokens[1:])):
+    return None
   if tokens is None or not accs or tokens > accs[-1] or tokens < accs[0]:
     return None
   logs = np.interp(tokens, accs, [np.log(t) for _, t in points])

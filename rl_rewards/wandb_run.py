@@ -14,29 +14,50 @@ the kill that W&B already holds, and every metric reaches W&B once per step,
 in step order. Offline runs (`wandb_mode=offline`) are written under
 `<workdir>/wandb/` (or `$WANDB_DIR`); `wandb sync <that dir>/offline-run-*`
 uploads them later.
+
+The sink reads and writes no file itself: `metrics.MetricsWriter`, the only
+writer of the workdir's JSON files, opens it with the saved state of
+`wandb.json` and the function that saves it.
 """
 
 import math
 import os
 import secrets
+from typing import Callable
 
-from rl_rewards import metrics as metrics_lib
+from rl_rewards import errors
 
 STATE_FILE = "wandb.json"
 MODES = ("online", "offline")
+# What to do when W&B cannot start or log (no login, no network).
+LOGIN_HELP = (
+    "(config.logging.wandb_project is set: log in with `wandb login` or "
+    "WANDB_API_KEY, or log offline with --config.logging.wandb_mode=offline "
+    "and upload later with `wandb sync`; an empty wandb_project turns W&B "
+    "off)")
 
 
 class WandbSink:
-  """Mirrors metric records into one W&B run per workdir."""
+  """Mirrors metric records into one W&B run per workdir.
 
-  def __init__(self, workdir: str, *, project: str, entity: str = "",
+  Args:
+    workdir: the run's directory (the run's name and, without
+      `$WANDB_DIR`, where W&B writes its files).
+    project, entity, mode: `config.logging.wandb_*`.
+    state: the saved `<workdir>/wandb.json` (`{}` for a new run):
+      `run_id` and `last_step`, the last step sent per metric.
+    save_state: writes that dict back to `<workdir>/wandb.json`.
+    config: the run's config (the W&B run's config).
+    name: the W&B run's name (default: the workdir's base name).
+  """
+
+  def __init__(self, workdir: str, *, project: str, state: dict,
+               save_state: Callable[[dict], None], entity: str = "",
                mode: str = "online", config: dict | None = None,
                name: str = ""):
     import wandb  # pylint: disable=g-import-not-at-top
     self._workdir = workdir
-    self._state_path = os.path.join(workdir, STATE_FILE)
-    state = (metrics_lib.read_json(self._state_path)
-             if os.path.exists(self._state_path) else {})
+    self._write_state = save_state
     run_id = state.get("run_id") or secrets.token_hex(4)
     self._last_step = dict(state.get("last_step", {}))
     self._state = {"run_id": run_id, "last_step": self._last_step}
@@ -45,11 +66,16 @@ class WandbSink:
     kwargs = {}
     if not os.environ.get("WANDB_DIR"):
       kwargs["dir"] = os.path.abspath(workdir)
-    self._run = wandb.init(
-        project=project, entity=entity or None, mode=mode, id=run_id,
-        resume="allow", name=name or os.path.basename(
-            os.path.abspath(workdir)),
-        config=config, reinit="finish_previous", **kwargs)
+    try:
+      self._run = wandb.init(
+          project=project, entity=entity or None, mode=mode, id=run_id,
+          resume="allow", name=name or os.path.basename(
+              os.path.abspath(workdir)),
+          config=config, reinit="finish_previous", **kwargs)
+    except Exception as e:  # pylint: disable=broad-except
+      if type(e).__module__.split(".")[0] != "wandb":
+        raise
+      raise errors.InputError(f"W&B: {e} {LOGIN_HELP}") from e
     self._stages = set()
 
   @property
@@ -57,7 +83,7 @@ class WandbSink:
     return self._state["run_id"]
 
   def _save_state(self):
-    metrics_lib.write_json_atomic(self._state_path, self._state)
+    self._write_state(self._state)
 
   def replace(self, entries):
     """Sends the points of `entries` that W&B does not hold yet (it keeps

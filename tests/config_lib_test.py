@@ -2,7 +2,10 @@
 
 import pytest
 
+from rl_rewards import cli
+from rl_rewards import config_data
 from rl_rewards import config_lib
+from rl_rewards.data import readers
 from rl_rewards.runners import methods
 
 
@@ -122,7 +125,7 @@ def test_group_losses_need_whole_groups_per_micro_batch():
   config = _config()
   config.rl.method = "prime"
   config.rl.micro_batch_size = 4           # group_size 8
-  # The method checks its own keys (runners/methods/prime.py).
+  # The method checks what suits it (runners/methods/prime.py).
   with pytest.raises(config_lib.ConfigError, match="multiple of group_size"):
     methods.check_config(config_lib.validate(config))
   config.rl.micro_batch_size = 16
@@ -209,16 +212,16 @@ def test_eval_sets_parse_names_presets_and_paths():
       "task.preset": "deepscaler",
       "eval.sets": " math500:/d/m.jsonl, aime24:/d/aime.parquet,"
                    "hard:AIME:/d/h.json, own:/d/o:1.parquet"})
-  sets = config_lib.eval_sets(config_lib.validate(config))
+  sets = config_data.eval_sets(config_lib.validate(config))
   assert [(s.name, s.path) for s in sets] == [
       ("math500", "/d/m.jsonl"), ("aime24", "/d/aime.parquet"),
       ("hard", "/d/h.json"), ("own", "/d/o:1.parquet")]
-  presets = config_lib.readers.PRESETS
+  presets = readers.PRESETS
   # A preset by NAME, by alias, explicitly, and else the task's layout.
   assert [s.fields for s in sets] == [
       presets["math500"], presets["aime"], presets["aime"],
       presets["deepscaler"]]
-  assert config_lib.eval_sets(_text_config()) == []
+  assert config_data.eval_sets(_text_config()) == []
 
 
 @pytest.mark.parametrize("sets, message", [
@@ -245,7 +248,7 @@ def test_eval_sets_of_the_task_layout_report_a_bad_layout():
   with pytest.raises(config_lib.ConfigError, match=r"config\.eval\.sets: bad "
                      r"entry 'x:/d'; it takes the task's layout, which is bad:"
                      r" config\.task\.preset: unknown preset 'nope'"):
-    config_lib.eval_sets(_text_config(**{"eval.sets": "x:/d",
+    config_data.eval_sets(_text_config(**{"eval.sets": "x:/d",
                                          "task.preset": "nope"}))
 
 
@@ -288,3 +291,29 @@ def test_sft_needs_a_layout_with_solutions():
   config.sft.init_from = ""
   config.task.fields = "solution=Solution"
   config_lib.validate(config)
+
+
+def test_each_method_has_its_own_section_and_checks():
+  config = config_lib.base_config()
+  assert config.rl.pav.alpha == 0.5 and config.rl.prime.beta == 0.05
+  assert "pav_alpha" not in config.rl and "outcome" not in config.rl
+  for key, value, message in (
+      ("pure.credit", "max", r"rl\.pure\.credit"),
+      ("clip_delta.mode", "x", r"rl\.clip_delta\.mode"),
+      ("tp_grpo.alpha", -1.0, r"rl\.tp_grpo\.alpha")):
+    bad = config_lib.base_config()
+    section, _, name = key.partition(".")
+    bad.rl[section][name] = value
+    with pytest.raises(config_lib.ConfigError, match=message):
+      config_lib.validate(bad)
+
+
+def test_a_former_key_names_its_new_place():
+  config = config_lib.base_config()
+  config.rl.prime_beta = 0.1  # A config file written before the sections.
+  with pytest.raises(config_lib.ConfigError, match=(
+      r"rl\.prime_beta.*moved to config\.rl\.prime\.beta")):
+    config_lib.validate(config)
+  with pytest.raises(config_lib.ConfigError, match=(
+      r"--config\.rl\.pav_alpha.*--config\.rl\.pav\.alpha")):
+    cli.check_override_key(config_lib.base_config(), "rl.pav_alpha")

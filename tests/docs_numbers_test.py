@@ -1,7 +1,8 @@
-"""README's benchmark tables are the committed results in docs/results/.
+"""The benchmark tables of docs/ are the committed results in docs/results/.
 
-Every table of the README's benchmark sections must be the rendering
-(`experiments.benchmarks.results.render`) of a committed results file, so a
+Every table of a benchmark section must be the rendering
+(`experiments.benchmarks.results.render`) of a committed results file, and
+each results file's rendering must be in its page (`results.TARGETS`), so a
 number typed in by hand, or a results file updated without its table, fails.
 """
 
@@ -14,18 +15,20 @@ import pytest
 from experiments.benchmarks import results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-README = os.path.join(ROOT, "README.md")
-# The README sections whose tables are benchmark results.
-SECTIONS = ("### Beam search against Best-of-N at equal generated tokens",
-            "### Kill anywhere: resume after SIGKILL",
-            "### Verifiers against hostile model output",
-            "### Training step against PyTorch/transformers",
-            "### Credit-assignment estimators against verl",
-            "### Sampler against transformers `generate`")
+# (page, heading) of every section whose tables are benchmark results.
+SECTIONS = (
+    ("docs/prm_evaluation.md",
+     "## Beam search against Best-of-N at equal generated tokens"),
+    ("docs/reliability.md", "## Kill anywhere: resume after SIGKILL"),
+    ("docs/reliability.md", "## Verifiers against hostile model output"),
+    ("docs/performance.md", "## Training step against PyTorch/transformers"),
+    ("docs/performance.md", "## Credit-assignment estimators against verl"),
+    ("docs/performance.md", "## Sampler against transformers `generate`"),
+)
 
 
-def _readme():
-  with open(README, encoding="utf-8") as f:
+def _read(page):
+  with open(os.path.join(ROOT, page), encoding="utf-8") as f:
     return f.read()
 
 
@@ -47,30 +50,48 @@ def _tables(text):
   return tables
 
 
-def test_every_results_file_has_its_tables():
+def test_every_results_file_has_its_tables_and_its_page():
   names = {os.path.splitext(os.path.basename(p))[0]
            for p in glob.glob(os.path.join(results.RESULTS_DIR, "*.json"))}
-  assert names == set(results.TABLES)
+  assert names == set(results.TABLES) == set(results.TARGETS)
+  for name in names:
+    assert os.path.isfile(results.target_path(name)), results.TARGETS[name]
 
 
 @pytest.mark.parametrize("name", sorted(results.TABLES))
-def test_the_readme_holds_the_tables_of_the_committed_results(name):
-  readme = _readme()
+def test_its_page_holds_the_tables_of_the_committed_results(name):
+  page = results.TARGETS[name]
+  text = _read(page)
   for block in results.render(name):
-    assert block in readme, f"README.md lacks, verbatim:\n{block}"
+    assert block in text, f"{page} lacks, verbatim:\n{block}"
 
 
-@pytest.mark.parametrize("heading", SECTIONS)
+def test_the_sections_are_in_the_pages_that_hold_their_results():
+  # Each page named by SECTIONS is the target of some results file, and
+  # each target page has at least one checked section.
+  assert {page for page, _ in SECTIONS} == set(results.TARGETS.values())
+
+
+@pytest.mark.parametrize("page,heading", SECTIONS)
 def test_every_table_of_a_benchmark_section_comes_from_a_results_file(
-    heading):
+    page, heading):
   rendered = {table for name in results.TABLES
               for block in results.render(name)
               for table in _tables(block)}
-  tables = _tables(_section(_readme(), heading))
+  tables = _tables(_section(_read(page), heading))
   assert tables
   for table in tables:
-    assert table in rendered, f"{heading}: a table not made from " \
+    assert table in rendered, f"{page}, {heading}: a table not made from " \
                               f"docs/results/:\n{table}"
+
+
+def test_benchmark_tables_are_not_copied_into_the_readme():
+  # The README links to the pages; a copy there would go stale unchecked.
+  readme = _read("README.md")
+  for name in results.TABLES:
+    for block in results.render(name):
+      header = block.split("\n", 1)[0]
+      assert header not in readme, f"README.md holds {name}'s table"
 
 
 def test_measured_results_say_where_and_when():
@@ -87,12 +108,29 @@ def test_measured_results_say_where_and_when():
     assert provenance["date"][:2] == "20", path
 
 
-def test_updating_the_readme_replaces_a_stale_table():
-  data = results.load("search")
-  stale = dict(data, rows=[dict(data["rows"][0], cells=["0.1", "0.2", "0.3",
-                                                        "0.4"])])
-  text = results.update_readme(_readme(), "search", stale)
-  assert "| oracle PAV: accuracy (tokens/problem) | 0.1 | 0.2 | 0.3 | 0.4 |" \
-      in text
-  assert "| oracle PRM: efficiency |" not in text
-  assert results.update_readme(text, "search", data) == _readme()
+def test_updating_a_page_replaces_a_stale_table():
+  page = _read(results.TARGETS["faults"])
+  data = results.load("faults")
+  row = data["runs"][0]
+  stale = dict(data, runs=[dict(row, kills=row["kills"] + 1000)])
+  text = results.update_doc(page, "faults", stale)
+  assert f"| {row['run']} | {row['kills'] + 1000} | " in text
+  assert f"| {row['run']} | {row['kills']} | " not in text
+  assert results.update_doc(text, "faults", data) == page
+
+
+def test_update_writes_into_the_target_page(tmp_path, capsys):
+  # `--update --target=PAGE` rewrites PAGE's stale table from the JSON.
+  data = results.load("train_step")
+  page = tmp_path / "page.md"
+  stale = dict(data, rows=[dict(data["rows"][0], ours_tok_s=1.0)])
+  page.write_text("# Page\n\n" + "\n\n".join(results.render(
+      "train_step", stale)) + "\n\nAfter.\n", encoding="utf-8")
+  results_file = tmp_path / "train_step.json"
+  results_file.write_text(json.dumps(data), encoding="utf-8")
+  results.main(["results", str(results_file), "--update",
+                f"--target={page}"])
+  text = page.read_text(encoding="utf-8")
+  assert text == ("# Page\n\n" + "\n\n".join(results.render(
+      "train_step", data)) + "\n\nAfter.\n")
+  assert "written into" in capsys.readouterr().out

@@ -21,8 +21,8 @@ Rows: verl `compute_gae_advantage_return` (GAE + whitening),
 strict min-form (a Python loop over positions, as in PURE's code) against
 `token_min_form_returns`.
 
-The peer environment is not a dependency of this project; see the README
-for how to create it. Usage:
+The peer environment is not a dependency of this project; see
+docs/performance.md for how to create it. Usage:
 
   python -m experiments.benchmarks.advantages \
       --peer_python=/work/verl-venv/bin/python --out=/tmp/advantages.json

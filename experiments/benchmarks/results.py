@@ -1,4 +1,4 @@
-"""Benchmark results as JSON files, and the README tables made from them.
+"""Benchmark results as JSON files, and the documentation tables made from them.
 
 Every benchmark's `--out=docs/results/NAME.json` writes its results with a
 `provenance` record: the git revision (and whether the working tree had
@@ -6,14 +6,15 @@ changes), the date, the machine (CPU model, cores, Python and JAX versions)
 and the load average when it started and ended, since these machines are
 shared and ratios move with the load.
 
-The README's benchmark tables are not typed in: each is `render(NAME, data)`
-of the committed `docs/results/NAME.json`, and `tests/docs_numbers_test.py`
-checks that README.md holds every one verbatim. After re-running a
-benchmark, print its table with
+The benchmark tables of docs/ are not typed in: each is `render(NAME, data)`
+of the committed `docs/results/NAME.json`, and lives in the page
+`TARGETS[NAME]` (`tests/docs_numbers_test.py` checks that the page holds
+every one verbatim). After re-running a benchmark, print its table with
 
     python -m experiments.benchmarks.results docs/results/sampler.json
 
-or replace the old one in README.md with `--update_readme`.
+or replace the old one in its page with `--update` (`--target=PATH` writes
+into another file).
 """
 
 import datetime
@@ -23,8 +24,9 @@ import platform
 import subprocess
 import sys
 
-RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(
-    os.path.dirname(os.path.abspath(__file__)))), "docs", "results")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+RESULTS_DIR = os.path.join(ROOT, "docs", "results")
 
 
 def _git(*args) -> str:
@@ -95,7 +97,7 @@ def write(path: str, data: dict, start: dict):
     f.write("\n")
 
 
-# ------------------------------------------------------ the README tables --
+# ------------------------------------------------------- the docs tables --
 
 
 def _num(x, digits=0) -> str:
@@ -110,7 +112,7 @@ def caption(data: dict) -> str:
   """One line saying where and when the numbers were measured."""
   p = data["provenance"]
   if "transcribed_from" in p:
-    return (f"*Numbers as published in this README up to revision "
+    return (f"*Numbers as published in README.md up to revision "
             f"{p['transcribed_from'][:7]}, transcribed into "
             f"docs/results/ on {p['date']}: that run's own output was not "
             f"kept. {p.get('note', '')}*".replace(" *", "*"))
@@ -219,25 +221,119 @@ def faults_stage_table(data: dict) -> str:
   return "\n".join(lines)
 
 
+SEARCH_MODES = {
+    "prm": "beam search on its step scores",
+    "pav": "beam search on Q + α·A^μ (PAV)",
+    "oracle_prm": "beam search, oracle PRM (the step checker)",
+    "oracle_pav": "beam search, oracle PAV (the step checker as prover)",
+}
+
+
+def search_efficiency(point, reference):
+  """Best-of-N tokens reaching `point`'s accuracy, over the tokens beam
+  search spent; None where Best-of-N never reaches it or its accuracy does
+  not grow with N (`reports.tokens_to_match`)."""
+  from rl_rewards import reports  # pylint: disable=g-import-not-at-top
+  match = reports.tokens_to_match(reference, point["accuracy"])
+  return None if match is None else match / point["tokens_per_problem"]
+
+
 def search_table(data: dict) -> str:
+  """Beam search by width B, each verifier's modes: accuracy (tokens per
+  problem), then its compute efficiency against Best-of-N with the same
+  verifier (oracle modes against oracle Best-of-N)."""
   beams = data["beam_widths"]
-  lines = ["| search | " + " | ".join(f"B={b}" for b in beams) + " |",
-           "|---|" + "---|" * len(beams)]
-  for r in data["rows"]:
-    lines.append(f"| {r['search']} | " + " | ".join(r["cells"]) + " |")
+  lines = ["| verifier | search | " + " | ".join(f"B={b}" for b in beams) +
+           " |", "|---|---|" + "---|" * len(beams)]
+  for run in data["runs"]:
+    curves = run["curves"]
+    for mode, label in SEARCH_MODES.items():
+      if mode not in curves:
+        continue
+      points = {p["budget"]: p for p in curves[mode]}
+      reference = curves.get("oracle_best_of_n" if mode.startswith("oracle_")
+                             else "best_of_n", [])
+      cells, ratios = [], []
+      for b in beams:
+        p = points.get(b)
+        cells.append("–" if p is None else
+                     f"{p['accuracy']:.2f} ({p['tokens_per_problem']:.0f})")
+        ratio = None if p is None else search_efficiency(p, reference)
+        ratios.append("–" if ratio is None else _ratio(ratio, 2))
+      lines.append(f"| {run['name']} | {label}: accuracy (tokens) | " +
+                   " | ".join(cells) + " |")
+      lines.append(f"| {run['name']} | {label}: efficiency vs Best-of-N | " +
+                   " | ".join(ratios) + " |")
   return "\n".join(lines)
 
 
-# name -> renderers of its tables, in README order. Each README block is the
-# tables joined by a blank line, then the caption.
+def best_of_n_table(data: dict) -> str:
+  """Best-of-N accuracy (tokens per problem) by N, for each verifier."""
+  budgets = sorted({p["budget"] for run in data["runs"]
+                    for name, curve in run["curves"].items()
+                    if name.endswith("best_of_n") for p in curve})
+  lines = ["| verifier | Best-of-N | " + " | ".join(f"N={n}" for n in budgets)
+           + " |", "|---|---|" + "---|" * len(budgets)]
+  for run in data["runs"]:
+    aggregation = data.get("settings", {}).get("aggregation", "min")
+    for name, label in (("best_of_n", f"its scores ({aggregation})"),
+                        ("oracle_best_of_n", "the step checker")):
+      if name not in run["curves"]:
+        continue
+      points = {p["budget"]: p for p in run["curves"][name]}
+      cells = ["–" if n not in points else
+               f"{points[n]['accuracy']:.2f} "
+               f"({points[n]['tokens_per_problem']:.0f})" for n in budgets]
+      lines.append(f"| {run['name']} | {label} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def add_search_run(path: str, name: str, curves: dict, settings: dict,
+                   start: dict):
+  """Adds (or replaces) verifier `name`'s search curves in the results
+  file `path`, with this run's provenance; the file's provenance is the
+  latest run's, and the runs must share their settings."""
+  data = {"runs": []}
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      data = json.load(f)
+    if data.get("settings", settings) != settings:
+      raise ValueError(f"{path} holds search runs with other settings "
+                       f"({data['settings']}); write to another file.")
+  run = {"name": name, "curves": curves, "provenance": provenance(start)}
+  runs = [r for r in data.get("runs", []) if r["name"] != name] + [run]
+  beams = sorted({p["budget"] for r in runs for mode in SEARCH_MODES
+                  for p in r["curves"].get(mode, [])})
+  write(path, {"settings": settings, "beam_widths": beams, "runs": runs},
+        start)
+
+
+# name -> renderers of its tables, in page order. Each block of the page is
+# a table; the last is followed by a blank line and the caption.
 TABLES = {
     "train_step": (train_step_table,),
     "advantages": (advantages_table,),
     "sampler": (sampler_table,),
     "hostile": (hostile_table,),
     "faults": (faults_table, faults_stage_table),
-    "search": (search_table,),
+    "search": (search_table, best_of_n_table),
 }
+
+
+# name -> the page (relative to the repository root) that holds its tables.
+TARGETS = {
+    "train_step": "docs/performance.md",
+    "advantages": "docs/performance.md",
+    "sampler": "docs/performance.md",
+    "hostile": "docs/reliability.md",
+    "faults": "docs/reliability.md",
+    "search": "docs/prm_evaluation.md",
+}
+
+
+def target_path(name: str) -> str:
+  """The absolute path of the page that holds the tables of `name`."""
+  return os.path.join(ROOT, TARGETS[name])
 
 
 def load(name: str) -> dict:
@@ -246,8 +342,8 @@ def load(name: str) -> dict:
 
 
 def render(name: str, data: dict | None = None) -> list[str]:
-  """The README blocks of `docs/results/<name>.json`: each table, and the
-  caption after the last."""
+  """The blocks of `docs/results/<name>.json` in its page: each table, and
+  the caption after the last."""
   data = load(name) if data is None else data
   blocks = [table(data) for table in TABLES[name]]
   blocks[-1] += "\n\n" + caption(data)
@@ -257,12 +353,14 @@ def render(name: str, data: dict | None = None) -> list[str]:
 CAPTION_STARTS = ("*Measured ", "*Numbers as published ")
 
 
-def update_readme(text: str, name: str, data: dict | None = None) -> str:
-  """`text` (README.md) with the tables of `name` replaced by `render`'s.
+def update_doc(text: str, name: str, data: dict | None = None) -> str:
+  """`text` (a page's markdown) with the tables of `name` replaced by
+  `render`'s.
 
-  Each table is found by its header line (the first README table with that
-  header, after the previous one of `name`); the caption line after the
-  last table is replaced or, if there is none, inserted.
+  Each table is found by its header line (the first table of the page with
+  that header, after the previous one of `name`); the caption line after
+  the last table is replaced or, if there is none, inserted. A page without
+  the header raises ValueError.
   """
   lines = text.split("\n")
   at = 0
@@ -283,20 +381,38 @@ def update_readme(text: str, name: str, data: dict | None = None) -> str:
   return "\n".join(lines)
 
 
+update_readme = update_doc  # Its former name, from when the tables were there.
+
+
 def main(argv):
-  """Prints the README blocks of each results file named in `argv`; with
-  `--update_readme`, writes them into README.md instead."""
-  update = "--update_readme" in argv
-  readme = os.path.join(os.path.dirname(RESULTS_DIR), os.pardir, "README.md")
+  """Prints the blocks of each results file named in `argv`; with
+  `--update`, writes them into the file's page (`TARGETS`) or into
+  `--target=PATH` instead. `--update_readme` is the former name of
+  `--update`."""
+  update = "--update" in argv or "--update_readme" in argv
+  targets = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--target=")]
+  unknown = [a for a in argv[1:] if a.startswith("--") and a not in (
+      "--update", "--update_readme") and not a.startswith("--target=")]
+  if unknown:
+    raise SystemExit(f"unknown flags {unknown}; use --update, --target=PATH")
   for path in (a for a in argv[1:] if not a.startswith("--")):
     name = os.path.splitext(os.path.basename(path))[0]
+    if name not in TABLES:
+      raise SystemExit(f"{path}: no tables for {name!r}; known: "
+                       f"{', '.join(sorted(TABLES))}")
     with open(path, encoding="utf-8") as f:
       data = json.load(f)
     if update:
-      with open(readme, encoding="utf-8") as f:
-        text = update_readme(f.read(), name, data)
-      with open(readme, "w", encoding="utf-8") as f:
+      page = targets[-1] if targets else target_path(name)
+      with open(page, encoding="utf-8") as f:
+        try:
+          text = update_doc(f.read(), name, data)
+        except ValueError:
+          raise SystemExit(f"{page}: no table headed like {name}'s; add "
+                           f"its rendering there once") from None
+      with open(page, "w", encoding="utf-8") as f:
         f.write(text)
+      print(f"{name}: tables written into {page}")
     else:
       print("\n\n".join(render(name, data)) + "\n")
 

@@ -171,7 +171,7 @@ def mfu(tokens_per_s: float, flops: float, peak_tflops: float) -> float:
 
 
 def make_batch(batch: int, seq_len: int, vocab_size: int, seed: int) -> dict:
-  """A [B, T] host batch in the DESIGN §4 layout (numpy).
+  """A [B, T] host batch in the layout of docs/data_model.md (numpy).
 
   Prompt slots (T/4, each row left-padded by 0..T/12) then response slots
   (each row keeps T/8 .. all of them, then right padding). Tokens are random

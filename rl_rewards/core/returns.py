@@ -11,8 +11,8 @@ reference of each method:
   loop, `running_return *= mask[:, t]`), so each run of valid tokens is an
   episode of its own.
 
-On the data model (DESIGN §4: prompt zeros, response ones, padding zeros)
-there are no holes and the two conventions agree.
+On the data model (docs/data_model.md: prompt zeros, response ones, padding
+zeros) there are no holes and the two conventions agree.
 
 Two equivalent implementations are chosen at run time with `lax.cond`:
 

@@ -87,15 +87,21 @@ class _Builder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   def _records(self, split):
     raise NotImplementedError
 
-  # tfds words these for datasets fetched from the web; ours are local files
-  # or generated.
+  # tfds words these for datasets fetched from the web ("downloaded and
+  # prepared"); ours are read from local files or generated, never
+  # downloaded.
+  def _source(self) -> str:
+    """Where the records come from, for the log lines."""
+    raise NotImplementedError
+
   def _log_download_bytes(self):
-    logging.info("Preparing %s (%s) in %s ...", self.name,
-                 self.builder_config.name, self.data_dir)
+    logging.info("Preparing %s (%s) from %s into %s ...", self.name,
+                 self.builder_config.name, self._source(), self.data_dir)
 
   def _log_download_done(self):
-    logging.info("Prepared %s (%s) in %s; later runs reuse it.", self.name,
-                 self.builder_config.name, self.data_dir)
+    logging.info("Prepared %s (%s) from %s into %s (nothing downloaded); "
+                 "later runs reuse it.", self.name, self.builder_config.name,
+                 self._source(), self.data_dir)
 
   def _generate_examples(self, split):
     for record in self._records(split):
@@ -120,6 +126,11 @@ class TextFiles(_Builder):
     return self.dataset_info_from_configs(features=_text_features(),
                                           disable_shuffling=True)
 
+  def _source(self):
+    return "local files " + ", ".join(
+        f"{split}: {path}"
+        for split, path in sorted(self.builder_config.split_files.items()))
+
   def _records(self, split):
     return readers.read_records(self.builder_config.split_files[split],
                                 readers.FieldMap(**self.builder_config.fields))
@@ -143,6 +154,9 @@ class ArithProblems(_Builder):
   def _info(self):
     return self.dataset_info_from_configs(
         features=_text_features(num_ops=np.int64), disable_shuffling=True)
+
+  def _source(self):
+    return "the embedded arithmetic task's generator"
 
   def _records(self, split):
     task = self.builder_config.task
@@ -180,6 +194,9 @@ class ReasoningGymTask(_Builder):
     return self.dataset_info_from_configs(
         features=_text_features(metadata=tfds.features.Text()),
         disable_shuffling=True)
+
+  def _source(self):
+    return f"reasoning-gym's {self.builder_config.task_name!r} generator"
 
   def _records(self, split):
     config = self.builder_config

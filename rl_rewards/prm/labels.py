@@ -4,8 +4,8 @@ For a sampled solution with steps a_1..a_K (the segmentation module's token
 rule), the prefix through step k is the prompt plus the response tokens up to
 step k's last token. A prover policy μ continues each prefix m times; the
 continuation is correct when it finishes within the response budget and the
-task's verifier accepts the whole response. Then (spec/algorithms.md §1.7,
-§2.1, §2.2):
+task's verifier accepts the whole response. Then (docs/algorithms.md, "PRM
+labels"):
 
   Q̂_k = c_k / m                 soft label (Math-Shepherd SE; PAV's target)
   hard_k = 1[c_k > 0]           hard label (Math-Shepherd HE, threshold 0)
@@ -20,7 +20,7 @@ prefix prefilled once and its KV cache tiled for its m continuations
 length, so that the decoding loop, which stops when every row has finished,
 runs as few steps as possible.
 
-`binary_search_labels` is OmegaPRM's alternative (§2.3): for a wrong
+`binary_search_labels` is OmegaPRM's alternative: for a wrong
 solution it probes the midpoint prefix x_{1:mid} of the interval (lo, hi]
 known to hold the first error (lo = 0 good, hi = K bad), keeps the half
 whose verdict (any correct rollout?) locates the error, and stops after

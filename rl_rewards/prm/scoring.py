@@ -1,7 +1,7 @@
 """Step scores of whole solutions: learned PRMs, PAVs, the oracle, random.
 
-A solution batch is the sampler's layout (DESIGN §4): `tokens` [B, T] with
-the left-padded prompt first, `attention_mask` [B, T], and `step_ids`
+A solution batch is the sampler's layout (docs/data_model.md): `tokens`
+[B, T] with the left-padded prompt first, `attention_mask` [B, T], and `step_ids`
 [B, T] (−1 off the response; ids ≥ S − 1 merged into the last of S slots).
 Every scorer returns step scores in [0, 1]:
 
@@ -19,7 +19,7 @@ Every scorer returns step scores in [0, 1]:
   Π_{t in step k} π_φ(y_t | y_<t) (at initialisation from the policy, the
   policy's own confidence in the step); v_init is σ(score head at the
   prompt's last token). A wrong step is one the verifier would not write.
-* `implicit_step_scores`: an implicit PRM (Yuan et al., spec §1.4),
+* `implicit_step_scores`: an implicit PRM (Yuan et al., 2412.01981),
   q_t = β Σ_{u ≤ t} log π_φ(y_u)/π_ref(y_u); step score σ(q at the step's
   last token) and v_init = σ(0) = ½.
 * `OracleScorer`: the task's step checker as a PRM (1.0 right, 0.0 wrong),
@@ -170,7 +170,7 @@ def implicit_step_scores(model_config, params, ref_params, tokens,
   """Step scores of an implicit PRM: σ(q_t) at each step's last token.
 
   q_t = β Σ_{u ≤ t, u in the response} log π_φ(y_u)/π_ref(y_u), the soft
-  Q-value of the prefix (spec §1.4, Prop. 3.1); before the response q = 0,
+  Q-value of the prefix (Yuan et al., Prop. 3.1); before the response q = 0,
   so v_init = ½.
 
   Returns:

@@ -1,6 +1,6 @@
 """Step-level beam search guided by a PRM or a PAV, with compute accounting.
 
-Beam search (spec/algorithms.md §3.4; PAV §2): every problem keeps B beams,
+Beam search (docs/algorithms.md; PAV §2): every problem keeps B beams,
 partial solutions that end at a step boundary. Each round, every unfinished
 beam samples C candidate next steps (the sampler stops a row at the step
 delimiter or EOS, `stop_mask`); the B·C candidates are scored with the

@@ -220,7 +220,7 @@ def evaluate_sets(ctx, params, *, rng):
 
 
 def evaluate(ctx, params, *, rng, with_pass_n=True):
-  """The full held-out evaluation of DESIGN §6 (greedy per k, pass@n).
+  """The held-out evaluation of docs/arith_task.md (greedy per k, pass@n).
 
   With `with_pass_n`, also the held-out sets of `config.eval.sets`.
   """

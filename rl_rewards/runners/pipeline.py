@@ -16,10 +16,13 @@ import time
 
 import jax
 
+from rl_rewards import config_data
 from rl_rewards import config_lib
+from rl_rewards import config_methods
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import models
 from rl_rewards import progress
+from rl_rewards import reports
 from rl_rewards.models import hf as hf_lib
 from rl_rewards.runners import context as context_lib
 from rl_rewards.runners import lock as lock_lib
@@ -118,7 +121,7 @@ def build_context(config, workdir: str) -> context_lib.RunContext:
     _check_vocab(config, hf_tokenizer, _model_config(config, None))
   task = tasks_lib.make_task(config.task, config.seed, tokenizer=hf_tokenizer,
                              workdir=workdir,
-                             eval_sets=config_lib.eval_sets(config))
+                             eval_sets=config_data.eval_sets(config))
   model_config = _model_config(config, task.tokenizer.vocab_size)
   _check_vocab(config, task.tokenizer, model_config)
   task.model_vocab_size = model_config.vocab_size
@@ -187,7 +190,8 @@ def _check_config_file(config, workdir):
   path = os.path.join(workdir, metrics_lib.CONFIG_FILE)
   resolved = json.loads(config.to_json_best_effort())
   if os.path.exists(path):
-    previous = metrics_lib.read_json(path)
+    # A run written before the methods' keys moved to their sections.
+    previous = config_methods.upgrade_saved(metrics_lib.read_json(path))
     defaults = json.loads(config_lib.base_config().to_json_best_effort())
     changed = sorted(
         k for k in _diff_keys(previous, resolved)
@@ -328,18 +332,5 @@ def _run_stages(ctx, config, workdir, start):
 
 
 def _print_summary(summary):
-  """One line per stage: its headline numbers and time."""
-  print("\n=== summary ===")
-  for stage, values in summary["stages"].items():
-    numbers = {k: v for k, v in sorted(values.items())
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    if "eval/accuracy" in numbers:
-      shown = ["eval/accuracy"] + [k for k in numbers
-                                   if k.startswith("eval/pass@")]
-      text = "held-out accuracy " + "; ".join(
-          f"{numbers[k]:.3f}" if k == "eval/accuracy" else
-          f"{k} {numbers[k]:.3f}" for k in shown)
-    else:
-      text = ", ".join(f"{k} {v:.4g}" for k, v in list(numbers.items())[:6])
-    print(f"{stage:>8}: {text} ({summary['stage_time_s'][stage]:.0f} s)")
-  print(f"wall time {summary['wall_time_s']:.0f} s", flush=True)
+  """Held-out accuracy of each stage, the RL gain, verifier quality, time."""
+  print(reports.summary_text(summary), flush=True)

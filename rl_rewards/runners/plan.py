@@ -18,9 +18,10 @@ rollout, the reference policy during the update) is added as `resident`;
 The numbers are XLA:CPU's. The CPU compiler computes bfloat16 matmuls in
 float32 and upcasts their operands, so for bfloat16 models the activations
 (and the sampler's cache temporaries) are overstated: plans are
-conservative there. The programs are built by `runners.programs`, the
-same constructors the stages jit and run, so the numbers are those of the
-real run.
+conservative there. The programs are built by `runners.programs` and the
+methods' declarations (`Method.programs`), the same constructors and
+declarations the stages jit and run, so the numbers are those of the real
+run.
 
 The largest batch that fits comes from a second compile at half the rows:
 memory is affine in the rows of a program (`a + b·rows`), so two compiles
@@ -29,11 +30,281 @@ give the rows at which `peak` reaches the device's memory.
 
 import dataclasses
 import time
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
-from rl_rewards.runners import programs as programs_lib
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rl_rewards import models
+from rl_rewards.rollout import sampler
+from rl_rewards.runners import context as context_lib
+from rl_rewards.runners import methods as methods_lib
+from rl_rewards.runners import programs
+from rl_rewards.sharding import mesh as mesh_lib
+from rl_rewards.train import state as state_lib
 
 GIB = 1024.0 ** 3
+
+
+# ------------------------------------------------ abstract inputs (plans) ---
+
+@dataclasses.dataclass
+class Program:
+  """One jitted function with abstract arguments, ready to lower.
+
+  `params` and `optimizer` are the parts of `args` that are model
+  parameters and optimizer state (the planner reports them apart);
+  `kv_cache` is the sampler's cache bytes per device (0 elsewhere).
+  """
+  name: str
+  rows: int
+  length: int
+  fn: Any
+  args: tuple
+  params: Any = ()
+  optimizer: Any = ()
+  kv_cache: int = 0
+
+  def lower(self):
+    return self.fn.lower(*self.args)
+
+
+@dataclasses.dataclass
+class ProgramBuilder:
+  """Builds the `Program` of `name` for a number of global rows."""
+  name: str
+  rows: int
+  unit: int          # Rows come in multiples of this.
+  build: Callable[[int], Program]
+  # Per-device bytes of the stage's state that stays on the devices while
+  # this program runs but is not one of its arguments (e.g. the policy's
+  # optimizer state during the rollout).
+  resident: int = 0
+
+
+def per_device_bytes(tree) -> int:
+  """Bytes one device holds of a pytree of sharded abstract arrays (the
+  largest shard, so uneven splits count their padding)."""
+  total = 0
+  for leaf in jax.tree.leaves(tree):
+    shape = leaf.shape
+    sharding = getattr(leaf, "sharding", None)
+    if sharding is not None:
+      shape = sharding.shard_shape(shape)
+    total += int(np.prod(shape, dtype=np.int64)) * np.dtype(leaf.dtype).itemsize
+  return total
+
+
+def abstract_params(model_config, mesh, heads=("lm",)):
+  """The parameters as sharded `ShapeDtypeStruct`s (nothing allocated)."""
+  shapes = models.abstract_params(model_config, heads=heads)
+  shardings = context_lib.param_shardings(model_config, mesh, heads)
+  return context_lib.abstract_like(shapes, shardings)
+
+
+def abstract_state(model_config, mesh, tx, heads=("lm",)):
+  """A `TrainState` of sharded `ShapeDtypeStruct`s, and its shardings."""
+  shapes = models.abstract_params(model_config, heads=heads)
+  shardings = context_lib.state_shardings(shapes, model_config, mesh, tx,
+                                          heads)
+  state = jax.eval_shape(lambda p: state_lib.create(p, tx), shapes)
+  return context_lib.abstract_like(state, shardings), shardings
+
+
+def _rows(mesh, rows, length, dtypes):
+  sharding = mesh_lib.batch_sharding(mesh)
+  return {name: jax.ShapeDtypeStruct((rows, length), dtype, sharding=sharding)
+          for name, dtype in dtypes.items()}
+
+
+def kv_cache_bytes(model_config, mesh, rows, slots) -> int:
+  """Per-device bytes of a KV cache of `rows` x `slots` (rows split over the
+  batch axes, KV heads over `tensor` when they divide)."""
+  ways = mesh_lib.batch_axis_size(mesh)
+  kv_heads = model_config.num_kv_heads
+  if kv_heads % mesh.shape["tensor"] == 0:
+    kv_heads //= mesh.shape["tensor"]
+  per_layer = 2 * -(-rows // ways) * slots * kv_heads * model_config.head_dim
+  return (model_config.num_layers * per_layer *
+          np.dtype(model_config.dtype).itemsize)
+
+
+def _sampler_program(name, model_config, params, mesh, prompts, prompt_len,
+                     new_tokens, num_samples):
+  sharding = mesh_lib.batch_sharding(mesh)
+  tokens = jax.ShapeDtypeStruct((prompts, prompt_len), jnp.int32,
+                                sharding=sharding)
+  key = jax.eval_shape(lambda: jax.random.key(0))
+  fn = jax.jit(lambda p, t, m, r: sampler.sample(
+      model_config, p, t, m, r, max_new_tokens=new_tokens, temperature=1.0,
+      top_p=1.0, eos_id=0, pad_id=0, num_samples=num_samples))
+  rows = prompts * num_samples
+  return Program(name, rows, prompt_len + new_tokens, fn,
+                 (params, tokens, tokens, key), params=params,
+                 kv_cache=kv_cache_bytes(model_config, mesh, rows,
+                                         prompt_len + new_tokens))
+
+
+class _ScorerProgram:
+  """Adapts a `ModelScorer` to `Program.fn` (`lower(*args)`)."""
+
+  def __init__(self, model_scorer):
+    self._scorer = model_scorer
+
+  def lower(self, *args):
+    return self._scorer.lower(*args)
+
+
+def _update(name, rows, unit, length, fn, state, dtypes, mesh, widths=None):
+  """A builder of an update step's program; `widths` gives the second
+  dimension of arrays that are not [B, T] (e.g. [B, S] step targets)."""
+  widths = widths or {}
+
+  def build(n):
+    sharding = mesh_lib.batch_sharding(mesh)
+    batch = {k: jax.ShapeDtypeStruct(
+        (n,) if widths.get(k) == 0 else (n, widths.get(k, length)), dtype,
+        sharding=sharding) for k, dtype in dtypes.items()}
+    return Program(name, n, length, fn, (state, batch),
+                   params=state.params, optimizer=state.opt_state)
+  return ProgramBuilder(name, rows, unit, build)
+
+
+def _pass(name, rows, unit, length, fn, params, mesh):
+  def build(n):
+    batch = _rows(mesh, n, length, {"tokens": jnp.int32,
+                                    "attention_mask": jnp.int32})
+    return Program(name, n, length, fn,
+                   (*params, batch["tokens"], batch["attention_mask"]),
+                   params=params)
+  return ProgramBuilder(name, rows, unit, build)
+
+
+_TOKENS = {"tokens": jnp.int32, "attention_mask": jnp.int32}
+_ROLLOUT = programs.ROLLOUT_KEYS
+
+
+def pipeline_programs(config, model_config, mesh) -> list[ProgramBuilder]:
+  """Every program the stages of `config` compile, as builders by rows.
+
+  Rows are global batch rows: the SFT batch, the rollout (prompts x group
+  size) for the sampler and the passes over it, a PPO minibatch for the
+  updates, the PRM batch for the verifier's update.
+  """
+  stages = [s.strip() for s in config.stages.split(",") if s.strip()]
+  task = config.task
+  length = task.max_prompt_len + task.max_new_tokens
+  num_steps = task.max_steps
+  ways = mesh_lib.batch_axis_size(mesh)
+  builders = []
+  policy = abstract_params(model_config, mesh)
+
+  if "sft" in stages:
+    tx = programs.sft_optimizer(config.sft)
+    state, shardings = abstract_state(model_config, mesh, tx)
+    fn = programs.jit_update(programs.sft_step_fn(config, model_config, tx),
+                             shardings, mesh)
+    builders.append(_update("sft/update", config.sft.batch_size, ways, length,
+                            fn, state, dict(_TOKENS, loss_mask=jnp.int32),
+                            mesh))
+
+  if "prm" in stages:
+    cfg = config.prm
+    kind = cfg.model
+    heads = {"head": ("score",), "generative": ("lm", "score"),
+             "implicit": ("lm",)}[kind]
+    group = config.labels.samples_per_problem
+    tx = programs.prm_optimizer(cfg)
+    state, shardings = abstract_state(model_config, mesh, tx, heads)
+    fn = programs.jit_update(
+        programs.prm_step_fn(config, model_config, tx, kind=kind,
+                             group_size=group), shardings, mesh)
+    if kind == "implicit":
+      dtypes = dict(_ROLLOUT, ref_logprobs=jnp.float32, labels=jnp.float32)
+      widths = {"labels": 0}
+    else:
+      dtypes = dict(_TOKENS, step_ids=jnp.int32, targets=jnp.float32,
+                    target_mask=jnp.float32, v_target=jnp.float32,
+                    v_mask=jnp.float32)
+      widths = {"targets": num_steps, "target_mask": num_steps,
+                "v_target": 0, "v_mask": 0}
+    builders.append(_update("prm/update", cfg.batch_size, ways * group,
+                            length, fn, state, dtypes, mesh, widths))
+    # The SFT policy stays on the devices (the RL stage's reference).
+    builders[-1].resident = per_device_bytes(policy)
+
+  if "rl" in stages:
+    first_rl = len(builders)
+    live = {"reference": per_device_bytes(policy)}
+    consumed = {}
+    cfg = config.rl
+    rollout_rows = cfg.prompts_per_step * cfg.group_size
+    minibatch = rollout_rows // cfg.minibatches
+    sampled = policy
+    if cfg.sampler_dtype or cfg.sampler_gather_fsdp:
+      # The sampler reads the per-step copy: its dtype and shardings.
+      copied = programs.sampler_weights(config, model_config,
+                                        mesh).lower(policy)
+      sampled = context_lib.abstract_like(
+          copied.out_info, copied.compile().output_shardings)
+    builders.append(ProgramBuilder(
+        "rl/rollout", rollout_rows, ways * cfg.group_size,
+        lambda rows: _sampler_program(
+            "rl/rollout", model_config, sampled, mesh, rows // cfg.group_size,
+            task.max_prompt_len, task.max_new_tokens, cfg.group_size)))
+    method = methods_lib.make(config)
+    if cfg.kl_coef > 0 or method.reads_reference:
+      builders.append(_pass("rl/reference_logprobs", rollout_rows, ways,
+                            length, programs.logprob_pass(config,
+                                                          model_config),
+                            (policy,), mesh))
+      consumed["rl/reference_logprobs"] = live["reference"]
+    if method.reads_step_scores and cfg.prm_source == "model":
+      kind = config.prm.model
+      heads = {"head": ("score",), "generative": ("lm", "score"),
+               "implicit": ("lm",)}[kind]
+      prm_params = abstract_params(model_config, mesh, heads)
+      model_scorer = programs.scorer(config, model_config, kind, prm_params,
+                                     reference=policy,
+                                     beta=config.prm.implicit_beta)
+
+      def build_scores(n, model_scorer=model_scorer, prm_params=prm_params):
+        batch = _rows(mesh, n, length, dict(_TOKENS, step_ids=jnp.int32))
+        return Program("rl/prm_scores", n, length,
+                       _ScorerProgram(model_scorer),
+                       (batch["tokens"], batch["attention_mask"],
+                        batch["step_ids"]), params=prm_params)
+      builders.append(ProgramBuilder("rl/prm_scores", rollout_rows, ways,
+                                     build_scores))
+      live["verifier"] = consumed["rl/prm_scores"] = (
+          per_device_bytes(prm_params) +
+          (per_device_bytes(policy) if kind == "implicit" else 0))
+    if not (cfg.sampler_dtype or cfg.sampler_gather_fsdp):
+      consumed["rl/rollout"] = per_device_bytes(policy)
+    # The policy update, then the method's own programs: the declarations
+    # the RL stage jits.
+    declared = ((programs.policy_update(config, model_config),) +
+                tuple(method.programs(model_config)))
+    for planned in declared:
+      if isinstance(planned, programs.Pass):
+        params = abstract_params(model_config, mesh, planned.heads)
+        builders.append(_pass(planned.name, rollout_rows, ways, length,
+                              planned.fn, (params,), mesh))
+        consumed[planned.name] = per_device_bytes(params)
+        continue
+      state, shardings = abstract_state(model_config, mesh, planned.tx,
+                                        planned.heads)
+      fn = planned.jit(shardings, mesh)
+      whole = planned.rows == "rollout"
+      builders.append(_update(
+          planned.name, rollout_rows if whole else minibatch,
+          ways * cfg.group_size if whole else ways, length, fn, state,
+          dict(_ROLLOUT, **planned.dtypes), mesh, planned.widths))
+      live[planned.model] = consumed[planned.name] = per_device_bytes(state)
+    for builder in builders[first_rl:]:
+      builder.resident = sum(live.values()) - consumed.get(builder.name, 0)
+  return builders
 
 
 @dataclasses.dataclass
@@ -83,15 +354,15 @@ class ProgramMemory:
     return max(rows // unit * unit, 0)
 
 
-def measure(program: programs_lib.Program,
+def measure(program: Program,
             resident: int = 0) -> ProgramMemory:
   """Compiles `program` and returns its per-device memory."""
   t0 = time.time()
   compiled = program.lower().compile()
   seconds = time.time() - t0
   mem = compiled.memory_analysis()
-  params = programs_lib.per_device_bytes(program.params)
-  optimizer = programs_lib.per_device_bytes(program.optimizer)
+  params = per_device_bytes(program.params)
+  optimizer = per_device_bytes(program.optimizer)
   arguments = int(mem.argument_size_in_bytes)
   total = (arguments + int(mem.output_size_in_bytes) -
            int(mem.alias_size_in_bytes) + int(mem.temp_size_in_bytes))
@@ -103,14 +374,14 @@ def measure(program: programs_lib.Program,
       total=total, resident=resident, compile_s=seconds)
 
 
-def plan(builders: Sequence[programs_lib.ProgramBuilder], *,
+def plan(builders: Sequence[ProgramBuilder], *,
          largest_batch: bool = True,
          progress: Optional[Callable[[str], None]] = None
          ) -> list[ProgramMemory]:
   """Measures every program; with `largest_batch`, also its bytes per row.
 
   Args:
-    builders: from `programs.pipeline_programs`.
+    builders: from `pipeline_programs`.
     largest_batch: compile each program a second time at half its rows
       (rounded to its row unit) to get the bytes each row adds.
     progress: called with a line per compile.
@@ -146,7 +417,7 @@ def check_fits(reports: Sequence[ProgramMemory], device_memory_gb: float):
 
 
 def format_table(reports: Sequence[ProgramMemory],
-                 builders: Sequence[programs_lib.ProgramBuilder],
+                 builders: Sequence[ProgramBuilder],
                  device_memory_gb: Sequence[float]) -> str:
   """A Markdown table: one row per program, per-device GiB by part, and the
   largest rows that fit each device memory."""

@@ -7,14 +7,19 @@ One RL step:
      (ground-truth step labels: the oracle, and the diagnostics); the
      accuracy filter's row weights multiply the response mask from here on;
   2. signals: π_old (`rl.old_logprobs`), the reference log-probs, the
-     verifier's (or the oracle's) step scores, then the method's own signal
-     (`methods.METHODS[config.rl.method]`, e.g. PRIME's implicit PRM, which
-     learns here, or PPO's values);
+     verifier's (or the oracle's) step scores (`runners/step_scores.py`),
+     then the method's own signal (`methods.make(config)`, e.g. PRIME's
+     implicit PRM, which learns here, or PPO's values);
   3. advantages: the method's pure advantage function, jitted once;
   4. updates: `epochs` passes of `minibatches` PPO-clip policy steps, each
      followed by the method's extra update (PPO's critic);
   5. log: rollout statistics, the averaged update metrics of every
-     minibatch, and where the signal is (`advantage_diagnostics`).
+     minibatch, and where the signal is (`runners/rl_metrics.py`).
+
+`run` reads top to bottom: the method and its checks, the state of every
+trained model, the programs (the policy update and the method's own, each
+declared once in `programs` or the method's module, which the memory
+planner compiles too), then the loop of the five phases.
 
 Everything random is keyed by (seed, step) and the prompts of step s are a
 pure function of s, so a resumed run reproduces an uninterrupted one exactly.
@@ -31,7 +36,6 @@ optimizer state.
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from rl_rewards import config_lib
@@ -42,6 +46,8 @@ from rl_rewards.runners import context as context_lib
 from rl_rewards.runners import evaluation
 from rl_rewards.runners import methods as methods_lib
 from rl_rewards.runners import programs
+from rl_rewards.runners import rl_metrics
+from rl_rewards.runners import step_scores
 from rl_rewards.runners import tasks as tasks_lib
 from rl_rewards.runners import verifier_refresh
 from rl_rewards.runners.methods import base as method_base
@@ -113,22 +119,8 @@ def rollout(ctx, params, step: int):
   num_tokens = mesh_lib.process_sums({"tokens": host["lengths"].sum()})
   info = {"lengths": host["lengths"], "rows": rows,
           "num_tokens": int(num_tokens["tokens"]), "reward_s": reward_s,
-          "verifier": verifier_metrics(task)}
+          "verifier": rl_metrics.verifier_metrics(task)}
   return out, scored, info
-
-
-def verifier_metrics(task) -> dict:
-  """The outcome verifier's call counts of the last scoring (text tasks):
-  `verifier/calls`, `timeouts`, `crashes`, `oversize`, `wrong_type`, ...
-  summed over processes, and this process's slowest call `max_call_s`."""
-  stats = getattr(task, "last_verifier_stats", None)
-  if stats is None:
-    return {}
-  counts = stats.as_dict()
-  slowest = counts.pop("max_call_s")
-  out = {f"verifier/{k}": v for k, v in mesh_lib.process_sums(counts).items()}
-  out["verifier/max_call_s"] = slowest
-  return out
 
 
 def accuracy_filter(rewards, group_size: int, low: float, high: float):
@@ -136,180 +128,6 @@ def accuracy_filter(rewards, group_size: int, low: float, high: float):
   means = rewards.reshape(-1, group_size).mean(axis=1)
   keep = (means >= low) & (means <= high)
   return np.repeat(keep, group_size).astype(np.float32)
-
-
-def rollout_metrics(scored, lengths, group_size: int,
-                    has_step_labels: bool = True) -> dict:
-  """Reward and behaviour statistics of a scored rollout batch.
-
-  Besides reward, these expose reward hacking: steps per response, tokens per
-  step, the fraction of empty steps, and answers that are right despite a
-  wrong step. Each process passes its own rows (whole groups); means are
-  sums over all processes' rows divided by counts (`mesh.process_sums`),
-  e.g. reward_mean = Σ_i r_i / B.
-  """
-  rewards = np.asarray(scored.rewards, np.float64)
-  lengths = np.asarray(lengths, np.float64)
-  groups = rewards.reshape(-1, group_size)
-  all_steps = np.array([len(l) > 0 and all(l) for l in scored.step_labels],
-                       bool)
-  steps_per = np.maximum(scored.num_steps, 1)
-  total = mesh_lib.process_sums({
-      "rows": rewards.size, "groups": groups.shape[0],
-      "reward": rewards.sum(),
-      "mixed": np.sum(groups.max(axis=1) != groups.min(axis=1)),
-      "all_wrong": np.sum(groups.max(axis=1) <= 0),
-      "all_right": np.sum(groups.min(axis=1) > 0),
-      "length": lengths.sum(), "steps": np.sum(scored.num_steps),
-      "tokens_per_step": np.sum(lengths / steps_per),
-      "empty": np.sum(scored.empty_steps), "all_steps": all_steps.sum(),
-      "right_with_wrong_step": np.sum((rewards > 0) & ~all_steps)})
-  rows = max(total["rows"], 1)
-  out = {
-      "train/reward_mean": total["reward"] / rows,
-      "train/mixed_groups": total["mixed"] / max(total["groups"], 1),
-      # Groups whose samples all got the same outcome: no outcome signal.
-      "train/zero_outcome_signal_groups": (
-          1.0 - total["mixed"] / max(total["groups"], 1)),
-      "train/all_wrong_groups": total["all_wrong"] / max(total["groups"], 1),
-      "train/all_right_groups": total["all_right"] / max(total["groups"], 1),
-      "train/response_length": total["length"] / rows,
-      "train/steps_per_response": total["steps"] / rows,
-      "train/tokens_per_step": total["tokens_per_step"] / rows,
-      "train/empty_step_fraction": total["empty"] / max(total["steps"], 1),
-  }
-  if has_step_labels:
-    out["train/all_steps_correct"] = total["all_steps"] / rows
-    out["train/correct_with_wrong_step"] = (total["right_with_wrong_step"] /
-                                            rows)
-  return out
-
-
-def prm_agreement_metrics(step_scores, step_ids, oracle_labels, rewards):
-  """How a verifier's step scores agree with the outcome and the step checker.
-
-  `prm/verifier_agreement`: the response-level verdict "min step score ≥ ½"
-  equals the outcome reward; `prm/step_label_agreement`: per-step verdicts
-  equal the ground-truth labels; `prm/first_error_agreement`: the first step
-  scored below ½ is the first wrong step (both "none" counts as agreeing);
-  `prm/min_step_position`: where in the response (0 = first step, 1 = last)
-  the lowest score sits. Host arrays of this process's rows ([R, S] scores,
-  [R, T] step ids, [R, S] labels, [R] rewards); the means are over all
-  processes' rows (`mesh.process_sums`).
-  """
-  ids = np.asarray(step_ids)
-  num_steps = np.maximum(ids.max(axis=1) + 1, 1)
-  scores = np.asarray(step_scores, np.float64)
-  labels = np.asarray(oracle_labels) >= 0.5
-  valid = np.arange(scores.shape[1])[None, :] < num_steps[:, None]
-  masked = np.where(valid, scores, np.inf)
-  min_score = masked.min(axis=1)
-  argmin = masked.argmin(axis=1)
-  predicted_ok = min_score >= 0.5
-  step_agree = ((scores >= 0.5) == labels)[valid]
-  total = mesh_lib.process_sums({
-      "rows": ids.shape[0], "steps": step_agree.size,
-      "verifier": np.sum(predicted_ok == (np.asarray(rewards) > 0)),
-      "step_label": step_agree.sum(),
-      "first_error": np.sum(_first_false(masked >= 0.5, valid) ==
-                            _first_false(labels, valid)),
-      "position": np.sum(argmin / np.maximum(num_steps - 1, 1)),
-      "last": np.sum(argmin == num_steps - 1),
-      "score": scores[valid].sum()})
-  rows, steps = max(total["rows"], 1), max(total["steps"], 1)
-  return {
-      "prm/verifier_agreement": total["verifier"] / rows,
-      "prm/step_label_agreement": total["step_label"] / steps,
-      "prm/first_error_agreement": total["first_error"] / rows,
-      "prm/min_step_position": total["position"] / rows,
-      "prm/min_at_last_step": total["last"] / rows,
-      "prm/mean_step_score": total["score"] / steps,
-  }
-
-
-def _first_false(ok, valid):
-  """[R] index of the first valid False of `ok` [R, S], −1 when none."""
-  bad = valid & ~ok
-  return np.where(bad.any(axis=1), bad.argmax(axis=1), -1)
-
-
-def process_signal_metrics(step_process, row_kept, oracle_labels,
-                           num_steps):
-  """Where a method's process signal points, against the step checker.
-
-  Args:
-    step_process: [R, S] the process part of the advantage averaged over
-      each step's tokens (`parts["process"]`, `tokens_to_steps(mean)`).
-    row_kept: [R] bool, rows that take part in the update (not filtered).
-    oracle_labels: [R, S] ground-truth step labels (1 correct, 0 wrong).
-    num_steps: [R] steps of each response (slots 0 .. num_steps − 1).
-
-  Returns (means over all processes' kept rows, `mesh.process_sums`):
-    `train/process_signal_rows`: rows whose process part is non-zero on
-      some step;
-    `train/process_blames_first_error`: of the rows with a wrong step, those
-      whose lowest process advantage (the earliest, on ties) is on the
-      first wrong step;
-    `train/process_negative_at_first_error`: of the same rows, those whose
-      process advantage on the first wrong step is < 0;
-    `train/process_negative_on_correct_rows`: of the rows with every step
-      right, those with a negative process advantage on some step (credit
-      taken from a correct solution).
-  """
-  values = np.asarray(step_process, np.float64)
-  kept = np.asarray(row_kept, bool)
-  steps = np.arange(values.shape[1])[None, :]
-  valid = steps < np.asarray(num_steps)[:, None]
-  labels = np.asarray(oracle_labels) >= 0.5
-  first_error = _first_false(labels, valid)
-  has_error = kept & (first_error >= 0)
-  all_right = kept & (first_error < 0) & valid.any(axis=1)
-  lowest = np.where(valid, values, np.inf).argmin(axis=1)
-  at_error = values[np.arange(values.shape[0]), np.maximum(first_error, 0)]
-  negative = (np.where(valid, values, 0.0) < -1e-8).any(axis=1)
-  total = mesh_lib.process_sums({
-      "kept": kept.sum(), "errors": has_error.sum(),
-      "right": all_right.sum(),
-      "signal": np.sum(kept & (np.abs(np.where(valid, values, 0.0)) >
-                               1e-8).any(axis=1)),
-      "blamed": np.sum(has_error & (lowest == first_error)),
-      "negative": np.sum(has_error & (at_error < -1e-8)),
-      "negative_right": np.sum(all_right & negative)})
-  return {
-      "train/process_signal_rows": total["signal"] / max(total["kept"], 1),
-      "train/process_blames_first_error": (total["blamed"] /
-                                           max(total["errors"], 1)),
-      "train/process_negative_at_first_error": (total["negative"] /
-                                                max(total["errors"], 1)),
-      "train/process_negative_on_correct_rows": (total["negative_right"] /
-                                                 max(total["right"], 1)),
-  }
-
-
-def advantage_diagnostics(advantages, parts: dict, response_mask) -> dict:
-  """Where the learning signal is: jittable, over the valid tokens.
-
-  `train/nonzero_advantage_fraction`: tokens with |A| > 1e-8;
-  `train/advantage_var`: Var(A); `train/advantage_var_<part>`: the variance
-  of each part of the method's split (`outcome`, `process`).
-  """
-  mask = response_mask > 0
-  count = jnp.maximum(jnp.sum(mask), 1)
-  out = {"train/nonzero_advantage_fraction":
-             jnp.sum(mask & (jnp.abs(advantages) > 1e-8)) / count,
-         "train/advantage_var": core.masked_var(advantages, mask,
-                                                unbiased=False)}
-  for name, part in parts.items():
-    out[f"train/advantage_var_{name}"] = core.masked_var(part, mask,
-                                                         unbiased=False)
-  return out
-
-
-def mean_update_metrics(records: list) -> dict:
-  """Update metrics of every minibatch: the mean of each, `skipped` summed."""
-  keys = records[0].keys()
-  return {k: (float(np.sum([r[k] for r in records])) if k.endswith("skipped")
-              else float(np.mean([r[k] for r in records]))) for k in keys}
 
 
 def recompute_old_logprobs(config) -> bool:
@@ -329,29 +147,6 @@ def recompute_old_logprobs(config) -> bool:
   return (config.model.dtype != "float32" or
           cfg.sampler_dtype not in ("", "float32") or
           cfg.temperature not in (0.0, 1.0) or cfg.top_p < 1.0)
-
-
-def step_score_arrays(ctx, verifier, batch, oracle, put_rows,
-                      verifier_params=None):
-  """The verifier's (or oracle's) step signal of a rollout batch.
-
-  Returns `step_scores` [B, S] (P(step correct)), `q_values` [B, S] (Q^π of
-  each prefix) and `v_init` [B] (V^π of the question) as device arrays. A
-  learned verifier's scores are its Q^π (with `verifier_params`, the
-  refreshed verifier's parameters instead of its trained ones); the oracle
-  gives 0/1 step labels, a perfect prover's Q (1 until the first wrong
-  step) and V = 1.
-  """
-  if verifier is None:
-    return {"step_scores": put_rows(oracle["labels"]),
-            "q_values": put_rows(oracle["q_values"]),
-            "v_init": put_rows(oracle["v_init"])}
-  scores = verifier.scorer.score_rollout(batch["tokens"],
-                                         batch["attention_mask"],
-                                         batch["step_ids"],
-                                         params=verifier_params)
-  return {"step_scores": scores["step_scores"],
-          "q_values": scores["step_scores"], "v_init": scores["v_init"]}
 
 
 def run(ctx, params, ref_params=None, verifier=None):
@@ -381,26 +176,37 @@ def run(ctx, params, ref_params=None, verifier=None):
                     ("pass_micro_batch_size", pass_rows)):
     if rows:  # Micro-batches keep rows on every device (train.microbatch).
       mesh_lib.check_batch_divides(rows, ctx.mesh, f"config.rl.{key}")
-  method = methods_lib.make(ctx.config)
-  from_verifier = method.reads_step_scores and cfg.prm_source == "model"
-  if from_verifier and verifier is None:
+  method = methods_lib.make(ctx.config, verifier)
+  if method.reads_step_scores and cfg.prm_source == "model" and (
+      method.verifier is None):
     raise config_lib.ConfigError(
         f"config.rl.method={cfg.method!r} with prm_source='model' needs a "
         "trained verifier: add the 'labels' and 'prm' stages, or set "
         "config.prm.init_from, or use config.rl.prm_source='oracle'.")
-  verifier = verifier if from_verifier else None
-  method.check(verifier)
+  verifier = method.verifier
+  method.check()
   ref_params = params if ref_params is None else ref_params
   needs_reference = method.reads_reference or cfg.kl_coef > 0
+  # The step checker's labels: the oracle's step scores, and the
+  # diagnostics against the truth.
+  reads_oracle = ctx.task.has_step_labels and (
+      (method.reads_step_scores and verifier is None) or
+      cfg.log_oracle_agreement)
 
   # ---------------------------------------------------------------- state ---
-  tx = programs.rl_optimizer(cfg, cfg.learning_rate)
+  # Every trained model with its optimizer state: the policy, the models
+  # the method's updates train, the refreshed verifier.
+  policy_update = programs.policy_update(ctx.config, ctx.model_config)
+  declared = method.programs(ctx.model_config)
+  updates = [p for p in declared if isinstance(p, programs.Update)]
+  initial = method.init_models(ctx, params)
   state, shardings = {}, {}
   state["policy"], shardings["policy"] = context_lib.create_state(
-      ctx.model_config, ctx.mesh, params, tx)
-  for name, extra in method.models(ctx, params).items():
-    state[name], shardings[name] = context_lib.create_state(
-        ctx.model_config, ctx.mesh, extra.params, extra.tx, heads=extra.heads)
+      ctx.model_config, ctx.mesh, params, policy_update.tx)
+  for update in updates:
+    state[update.model], shardings[update.model] = context_lib.create_state(
+        ctx.model_config, ctx.mesh, initial[update.model], update.tx,
+        heads=update.heads)
   refresh = None
   if verifier_refresh.enabled(ctx.config):
     verifier_refresh.check(ctx.config, verifier)
@@ -433,10 +239,10 @@ def run(ctx, params, ref_params=None, verifier=None):
   # Updates accumulate gradients over micro-batches of `micro_batch_size`
   # rows; the passes over the rollout (reference and π_old log-probs, the
   # method's own) run `pass_micro_batch_size` rows at a time.
-  policy_step = programs.jit_update(
-      programs.policy_step_fn(ctx.config, ctx.model_config, tx),
-      shardings["policy"], ctx.mesh)
-  method.build(ctx, shardings)
+  policy_step = policy_update.jit(shardings["policy"], ctx.mesh)
+  # The method's programs by name, for its `signals` and `update`.
+  fns = {p.name: p.jit(shardings[p.model], ctx.mesh)
+         if isinstance(p, programs.Update) else p.fn for p in declared}
   if "verifier" in state:
     refresh = verifier_refresh.make(ctx, verifier, refresh_tx,
                                     shardings["verifier"])
@@ -448,10 +254,8 @@ def run(ctx, params, ref_params=None, verifier=None):
   sampler_weights = programs.sampler_weights(ctx.config, ctx.model_config,
                                              ctx.mesh)
   advantage_fn = jax.jit(method.advantages)
-  diagnostics_fn = jax.jit(advantage_diagnostics)
+  diagnostics_fn = jax.jit(rl_metrics.advantage_diagnostics)
   clamp = jax.jit(lambda ids: method_base.clamp_step_ids(ids, num_steps))
-  step_means = jax.jit(lambda x, ids: core.tokens_to_steps(
-      x, ids, num_steps, reduce="mean"))
   step_ends = jax.jit(core.step_end_mask_from_ids)
 
   step = int(state["policy"].step)
@@ -506,21 +310,16 @@ def run(ctx, params, ref_params=None, verifier=None):
     if old_logprob_fn is not None:
       batch["old_logprobs"] = old_logprob_fn(state["policy"].params,
                                              out.tokens, out.attention_mask)
-    oracle = None
-    if ctx.task.has_step_labels and (
-        (method.reads_step_scores and verifier is None) or
-        cfg.log_oracle_agreement):
-      oracle = method_base.oracle_step_arrays(scored.step_labels, num_steps)
+    oracle = (step_scores.oracle_step_arrays(scored.step_labels, num_steps)
+              if reads_oracle else None)
     if method.reads_step_scores:
-      batch.update(step_score_arrays(
-          ctx, verifier, batch, oracle, put_rows,
+      batch.update(step_scores.step_score_arrays(
+          verifier, batch, oracle, put_rows,
           (state["verifier"].params,) if refresh is not None else None))
       if verifier is not None and oracle is not None:
-        record.update(prm_agreement_metrics(
-            *mesh_lib.local_rows((batch["step_scores"], batch["step_ids"]),
-                                 ctx.mesh),
-            oracle["labels"], scored.rewards))
-    state, extra, method_record = method.signals(ctx, state, batch)
+        record.update(rl_metrics.verifier_agreement(
+            ctx.mesh, batch, oracle["labels"], scored.rewards))
+    state, extra, method_record = method.signals(ctx, fns, state, batch)
     batch.update(extra)
     record.update(method_record)
     t2 = time.time()
@@ -530,12 +329,9 @@ def run(ctx, params, ref_params=None, verifier=None):
     record.update(context_lib.host_scalars(diagnostics_fn(
         batch["advantages"], parts, batch["response_mask"])))
     if "process" in parts and oracle is not None and cfg.log_oracle_agreement:
-      local_process, local_ids = mesh_lib.local_rows(
-          (step_means(parts["process"], batch["step_ids"]),
-           batch["step_ids"]), ctx.mesh)
-      record.update(process_signal_metrics(
-          local_process, weights > 0, oracle["labels"],
-          np.asarray(local_ids).max(axis=1) + 1))
+      record.update(rl_metrics.process_signal(
+          ctx.mesh, parts["process"], batch["step_ids"], weights,
+          oracle["labels"], num_steps))
     t3 = time.time()
 
     # Updates.
@@ -548,11 +344,11 @@ def run(ctx, params, ref_params=None, verifier=None):
                                    batch_sharding)
         state["policy"], metrics = policy_step(state["policy"], minibatch)
         guards["policy"].observe(step + 1, metrics["skipped"])
-        state, extra_metrics = method.update(state, minibatch)
+        state, extra_metrics = method.update(fns, state, minibatch)
         update_records.append(context_lib.host_scalars(
             {**metrics, **extra_metrics}))
     record.update({f"train/{k}": v for k, v in
-                   mean_update_metrics(update_records).items()})
+                   rl_metrics.mean_update_metrics(update_records).items()})
     if refresh is not None:
       state["verifier"], refresh_metrics = refresh(state["verifier"], batch)
       record.update({f"train/verifier_refresh/{k}": v for k, v in
@@ -562,8 +358,8 @@ def run(ctx, params, ref_params=None, verifier=None):
     # Log.
     step += 1
     seconds += t4 - t0
-    record.update(rollout_metrics(scored, info["lengths"], cfg.group_size,
-                                  ctx.task.has_step_labels))
+    record.update(rl_metrics.rollout_metrics(
+        scored, info["lengths"], cfg.group_size, ctx.task.has_step_labels))
     record.update(info["verifier"])
     record["train/skipped_updates"] = int(state["policy"].skipped)
     for name, model in state.items():

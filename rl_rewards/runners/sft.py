@@ -3,7 +3,7 @@
 SFT stops on a target held-out accuracy rather than a fixed step count (a
 quick greedy "gate" eval every `gate_every_steps`), with a step cap as the
 safety net: on the arithmetic task accuracy jumps from ~0 to 40-60 % at a
-time that varies by seed (spec/feasibility.md), so a fixed budget either
+time that varies by seed (docs/arith_task.md), so a fixed budget either
 wastes time or stops before the jump. A wall-clock cap (`max_seconds`) is an
 opt-in: it makes a slower machine stop at another step.
 

@@ -12,6 +12,7 @@ import os
 from absl import logging
 import numpy as np
 
+from rl_rewards import config_data
 from rl_rewards import config_lib
 from rl_rewards import errors
 from rl_rewards.data import builders
@@ -70,7 +71,7 @@ class _PromptEncoding:
 
 
 class ArithTask(_PromptEncoding):
-  """The embedded arithmetic task (DESIGN §6), with ground-truth step labels."""
+  """The embedded arithmetic task (docs/arith_task.md), with step labels."""
 
   has_step_labels = True
 
@@ -185,7 +186,7 @@ class TextTask(_PromptEncoding):
     self.has_references = True
     files = []  # (config key, path, field map) of every data file.
     if self.kind != "reasoning_gym":
-      fields = config_lib.task_fields(task_config)
+      fields = config_data.task_fields(task_config)
       self.has_references = fields.has_solution
       for key in ("train_path", "eval_path"):
         if not task_config[key]:
@@ -335,7 +336,7 @@ def make_task(task_config, seed: int, *, tokenizer=None, workdir: str = "",
     seed: the run's seed.
     tokenizer: the HF tokenizer of a text task.
     workdir: data is prepared under `<workdir>/data`.
-    eval_sets: the held-out sets, `config_lib.eval_sets(config)`.
+    eval_sets: the held-out sets, `config_data.eval_sets(config)`.
   """
   if task_config.name == "arith":
     if eval_sets:

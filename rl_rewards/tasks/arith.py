@@ -5,7 +5,7 @@ subtractions. The reference solution writes one step a line, each step using
 the running value of the previous one, then the answer on a final line
 starting with "#". In the default fixed-width format (operands 2 digits,
 running values 3 digits), which a small model learns faster than
-variable-width numbers (see spec/feasibility.md):
+variable-width numbers (see docs/arith_task.md):
 
   question: "23+07-15="
   solution: "023+07=030\\n030-15=015\\n#015"
@@ -45,7 +45,7 @@ _MAX_GENERATION_ATTEMPTS = 10_000
 class ArithConfig:
   """Distribution and surface format of arithmetic problems.
 
-  Defaults are the settings measured in spec/feasibility.md.
+  Defaults are the settings measured in docs/arith_task.md.
 
   Attributes:
     min_ops: minimum number k of operations (k is uniform in [min, max]).

@@ -23,7 +23,7 @@ including EOS; assumed contiguous):
     joins the step the delimiter would have closed. So "a\\n<EOS>" is one
     step, like the text "a\\n".
   * Step ids count the step ends strictly before a token,
-    `step_id[t] = #{t' < t : step_end[t']}` (spec/algorithms.md §0), so the
+    `step_id[t] = #{t' < t : step_end[t']}` (docs/algorithms.md), so the
     delimiter belongs to the step it ends; off-response tokens get -1.
   * A row without valid response tokens has no steps.
 

@@ -3,8 +3,8 @@
 Each factory closes over the static pieces (model config, optimizer, loss
 hyper-parameters) and returns an un-jitted pure function; the runner jits it
 once with shardings. Batches are dicts of batch-first arrays in the layout of
-DESIGN §4 (prompt slots then response slots, `attention_mask` 1 on real
-tokens).
+docs/data_model.md (prompt slots then response slots, `attention_mask` 1 on
+real tokens).
 
 Memory is bounded in two ways. Log-probs go through the chunked LM head
 (`chunk_size` positions at a time, `models.lm_head`), never [B, T, V]
@@ -161,7 +161,7 @@ def make_policy_step(model_config: models.ModelConfig,
     ℓ_t = max(−A ρ, −A clip(ρ, 1 − ε_low, 1 + ε_high)), dual-clipped at
     −A·c for A < 0 when c > 0; plus kl_coef·KL(π_θ ‖ π_ref)_t when
     kl_coef > 0. Token losses are aggregated over `response_mask` with
-    `loss_agg_mode` (spec/algorithms.md §1.6), its token and sequence counts
+    `loss_agg_mode` (docs/algorithms.md), its token and sequence counts
     taken on the whole minibatch (`loss_parts`), so micro-batches of
     `micro_batch_size` rows give the same update.
 

@@ -1,6 +1,7 @@
 """Tests for rl_rewards.data.readers: formats, field maps, presets, errors."""
 
 import json
+import logging
 import os
 import re
 
@@ -273,7 +274,16 @@ def test_parquet_shards_builder_and_fingerprint(tmp_path):
   assert len(builders.data_source(again, "train")) == 4
 
 
-def test_preparing_local_files_does_not_say_downloaded(tmp_path, capsys):
+def test_preparing_local_files_does_not_say_downloaded(tmp_path, capsys,
+                                                       caplog):
   path = _jsonl(tmp_path / "d.jsonl", _ROWS)
+  caplog.set_level(logging.INFO)
   builders.text_files({"train": path}, str(tmp_path / "tfds"), _math500())
   assert "download" not in capsys.readouterr().out.lower()
+  lines = [r.getMessage() for r in caplog.records]
+  prepared = [line for line in lines if line.startswith("Prepared ")]
+  assert len(prepared) == 1, lines
+  assert f"from local files train: {path} into {tmp_path / 'tfds'}" in (
+      prepared[0])
+  assert "(nothing downloaded)" in prepared[0]
+  assert not any("downloaded and prepared" in line for line in lines)

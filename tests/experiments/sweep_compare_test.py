@@ -38,7 +38,7 @@ def test_every_sweep_point_is_a_valid_config(spec, tmp_path):
   spec = os.path.join(ROOT, "configs", spec)
   points = cli.load_sweep(spec)
   assert points
-  for point in points:
+  for point, name in zip(points, cli.point_dirs(points)):
     config = cli.point_config(spec, point)
     for key, value in point.items():
       node = config
@@ -46,7 +46,7 @@ def test_every_sweep_point_is_a_valid_config(spec, tmp_path):
         node = node[part]
       assert node == value, key
     config_lib.validate(config)
-    pipeline.check_stages(config, str(tmp_path / cli.point_name(point)))
+    pipeline.check_stages(config, str(tmp_path / name))
 
 
 def test_a_point_of_a_bad_value_fails_before_any_run(tmp_path):
@@ -191,8 +191,8 @@ def test_the_budget_grid_sets_each_kinds_own_keys():
 
 def test_a_sweep_of_verifiers_tabulates_their_quality(tmp_path):
   points = [{"prm.label_problems": 128}, {"prm.label_problems": 1024}]
-  os.makedirs(tmp_path / cli.point_name(points[0]))
-  metrics_lib.write_summary(tmp_path / cli.point_name(points[0]), {
+  os.makedirs(tmp_path / cli.point_dirs(points)[0])
+  metrics_lib.write_summary(tmp_path / cli.point_dirs(points)[0], {
       "stages": {"sft": {"eval/accuracy": 0.3},
                  "prm": {"prm/label_problems": 128,
                          "prm/valid_auroc_vs_oracle": 0.61},
@@ -218,7 +218,7 @@ def _summary(workdir, sft, rl):
 
 def test_sweep_table_collects_summaries(tmp_path):
   points = [{"rl.learning_rate": 1e-4}, {"rl.learning_rate": 5e-5}]
-  _summary(tmp_path / cli.point_name(points[0]), 0.4, 0.6)
+  _summary(tmp_path / cli.point_dirs(points)[0], 0.4, 0.6)
   rows = reports.collect_sweep(str(tmp_path), points)
   table = reports.sweep_table(rows)
   assert "| rl.learning_rate=0.0001 | 0.400 | 0.600 | 0.900 | 0.500 | 12 |" in (

@@ -17,6 +17,7 @@ import pytest
 
 from rl_rewards import cli
 from rl_rewards import models
+from rl_rewards.runners import plan
 from rl_rewards.runners import programs
 from rl_rewards.sharding import inspection
 from rl_rewards.sharding import mesh as mesh_lib
@@ -50,8 +51,8 @@ def _mesh():
 
 
 def _builders(name, mesh):
-  return {b.name: b for b in programs.pipeline_programs(_config(name), MODEL,
-                                                        mesh)}
+  return {b.name: b for b in plan.pipeline_programs(_config(name), MODEL,
+                                                    mesh)}
 
 
 def _offenders(builder):
@@ -76,6 +77,7 @@ PROGRAMS = [
     ("ppo", "rl/values"),
     ("ppo", "rl/value_update"),
     ("prime", "rl/reference_logprobs"),
+    ("prime", "rl/implicit_prm_logprobs"),
     ("prime", "rl/implicit_prm_update"),
 ]
 

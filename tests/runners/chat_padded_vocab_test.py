@@ -18,6 +18,7 @@ from rl_rewards import cli
 from rl_rewards import config_lib
 from rl_rewards import errors
 from rl_rewards import models
+from rl_rewards.models import tiny_hub
 from rl_rewards.runners import evaluation
 from rl_rewards.runners import pipeline
 from tests.runners import gsm8k_files
@@ -45,15 +46,13 @@ def files(tmp_path_factory):
   checkpoint = root / "checkpoint"
   checkpoint.mkdir()
   tokenizer.save(str(checkpoint / "tokenizer.json"))
-  (checkpoint / "tokenizer_config.json").write_text(json.dumps({
-      "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
-      "bos_token": None, "chat_template": CHATML}))
-  (checkpoint / "generation_config.json").write_text(json.dumps(
-      {"eos_token_id": [3, 0]}))
+  tiny_hub.write_tokenizer_config(
+      str(checkpoint), chat_template=CHATML, eos_token="<|endoftext|>",
+      pad_token="<|endoftext|>")
+  tiny_hub.write_generation_config(str(checkpoint), [3, 0])
   vocab = tokenizer.get_vocab_size()
-  model_config = models.preset("test", vocab + PADDING_ROWS)
-  params = models.init_params(model_config, jax.random.key(0))
-  models.save_hf(str(checkpoint), model_config, params)
+  tiny_hub.write_weights(str(checkpoint),
+                         models.preset("test", vocab + PADDING_ROWS))
   return {"checkpoint": str(checkpoint), "train": str(train),
           "eval": str(evalf), "vocab": vocab}
 

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from rl_rewards import cli
+from rl_rewards import errors
 from rl_rewards import wandb_run
 from rl_rewards.train import nonfinite
 
@@ -101,14 +102,31 @@ def _no_wandb_login(monkeypatch, tmp_path):
 def test_wandb_without_a_login_is_one_line(capsys, monkeypatch, tmp_path):
   _no_wandb_login(monkeypatch, tmp_path)
   monkeypatch.setattr(sys, "stdin", open(os.devnull))  # Not a terminal.
+  sink = lambda: wandb_run.WandbSink(
+      str(tmp_path), project="p", mode="online", state={},
+      save_state=lambda state: None)
   with pytest.raises(SystemExit) as stopped:
-    cli.reporting_errors(lambda argv: wandb_run.WandbSink(
-        str(tmp_path), project="p", mode="online"))([])
+    cli.reporting_errors(lambda argv: sink())([])
   assert stopped.value.code == 2
   err = capsys.readouterr().err
   assert err.startswith("error: W&B: No API key configured.")
+  assert "log in with `wandb login`" in err
   assert "--config.logging.wandb_mode=offline" in err
   assert err.count("\n") == 1 and "Traceback" not in err
+  # Called from Python (a notebook), the error says the same.
+  with pytest.raises(errors.InputError,
+                     match="`wandb login`.*--config.logging.wandb_mode="
+                     "offline"):
+    sink()
+
+
+def test_wandb_asked_for_without_the_package_is_one_line():
+  missing = ModuleNotFoundError("No module named 'wandb'", name="wandb")
+  message, status = cli.stop_message(missing)
+  assert status == 2
+  assert message.startswith("W&B: config.logging.wandb_project is set but "
+                            "the wandb package is not installed: pip install")
+  assert cli.stop_message(ModuleNotFoundError("x", name="numpy")) is None
 
 
 @pytest.mark.slow

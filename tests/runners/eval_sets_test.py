@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from rl_rewards import config_data
 from rl_rewards import config_lib
 from rl_rewards.runners import evaluation
 from rl_rewards.runners import tasks as tasks_lib
@@ -83,7 +84,7 @@ def _config(files, sets=None):
 def _task(config, workdir):
   return tasks_lib.make_task(config.task, config.seed, tokenizer=object(),
                              workdir=str(workdir),
-                             eval_sets=config_lib.eval_sets(config))
+                             eval_sets=config_data.eval_sets(config))
 
 
 def _fake_generate(calls):

@@ -11,10 +11,12 @@ import pytest
 from rl_rewards import checkpoints
 from rl_rewards import cli
 from rl_rewards import config_lib
+from rl_rewards import config_methods
 from rl_rewards import metrics as metrics_lib
 from rl_rewards.runners import methods
 from rl_rewards.runners import pipeline
 from rl_rewards.runners import rl
+from rl_rewards.runners import step_scores
 from rl_rewards.runners import tasks as tasks_lib
 from rl_rewards.runners.methods import base
 from tests.core import advantages_test as core_advantages_test
@@ -113,18 +115,19 @@ def _ppo_ref(cfg, config, batch):
   mask = batch["response_mask"] > 0
   adv, _ = ref.gae_reference(_last_token(batch["rewards"], mask),
                              batch["values"], mask, cfg.gae_gamma,
-                             cfg.gae_lambda)
+                             cfg.ppo.gae_lambda)
   return ref.whiten_reference(adv, mask)
 
 
 def _reinforce_pp_ref(cfg, config, batch):
   del config
   mask = batch["response_mask"] > 0
-  if cfg.reinforce_baseline == "group":  # Centred in the group, whitened.
+  if cfg.reinforce_pp.baseline == "group":  # Centred in the group, whitened.
     centred = ref.group_advantages_reference(batch["rewards"],
                                              cfg.group_size, "drgrpo")
     return ref.whiten_reference(centred[:, None] * mask, mask)
-  rewards = _last_token(batch["rewards"], mask) - cfg.reward_kl_coef * (
+  beta = cfg.reinforce_pp.reward_kl_coef
+  rewards = _last_token(batch["rewards"], mask) - beta * (
       batch["old_logprobs"] - batch["ref_logprobs"]) * mask
   returns = ref.discounted_returns_reference(rewards, mask, cfg.gae_gamma)
   return ref.whiten_reference(returns, mask)
@@ -132,7 +135,7 @@ def _reinforce_pp_ref(cfg, config, batch):
 
 def _pav_ref(cfg, config, batch):
   ids, mask = batch["step_ids"], batch["response_mask"]
-  k = cfg.prover_k
+  k = cfg.pav.prover_k
   if cfg.prm_source == "model" and base.Verifier.planned(
       config).target == "prover":
     k = 1  # Its scores are Best-of-K values already.
@@ -144,21 +147,21 @@ def _pav_ref(cfg, config, batch):
     for s in range(int(ids[b].max()) + 1):
       progress[b, s] = q_mu[b, s] - previous
       previous = q_mu[b, s]
-  return _outcome_ref(cfg, batch) + cfg.pav_alpha * _on_steps(progress, ids,
+  return _outcome_ref(cfg, batch) + cfg.pav.alpha * _on_steps(progress, ids,
                                                               mask)
 
 
 def _pure_ref(cfg, config, batch):
   del config
   ids, mask, n = batch["step_ids"], batch["response_mask"], cfg.group_size
-  assert cfg.pure_baseline == "token"
+  assert cfg.pure.baseline == "token"
   step_mask = ref.step_mask_reference(ids, batch["step_scores"].shape[1])
   r = 2.0 * batch["step_scores"] - 1.0
-  if cfg.pure_credit == "softmin":
-    r = ref.softmin_reference(r, step_mask, cfg.pure_temperature)
+  if cfg.pure.credit == "softmin":
+    r = ref.softmin_reference(r, step_mask, cfg.pure.temperature)
   else:  # Step rewards whose returns are the hard min-form returns.
     returns = ref.running_min_reference(r, step_mask,
-                                        paper=cfg.pure_credit == "min_paper")
+                                        paper=cfg.pure.credit == "min_paper")
     r = returns - np.concatenate([returns[:, 1:], np.zeros_like(
         returns[:, :1])], axis=1) * step_mask
   adjusted = core_pure_test._token_baseline_reference(r, ids, mask, n)  # pylint: disable=protected-access
@@ -168,9 +171,10 @@ def _pure_ref(cfg, config, batch):
       token_rewards[b, np.flatnonzero(ids[b] == s)[-1]] += adjusted[b, s]
   verifiable = ref.group_advantages_reference(batch["rewards"] - 1.0, n,
                                               "rloo")
-  token_rewards += cfg.verifiable_reward_coef * _last_token(verifiable, mask)
+  token_rewards += (cfg.pure.verifiable_reward_coef *
+                    _last_token(verifiable, mask))
   x = ref.reward_to_go_reference(token_rewards, mask > 0)
-  if cfg.mask_step_end_tokens:
+  if cfg.pure.mask_step_end_tokens:
     x = np.where(batch["step_end_mask"], 0.0, x)
   valid = x[mask > 0]  # PURE's normalisation: statistics of the non-zeros.
   nonzero = valid[valid != 0]
@@ -184,12 +188,12 @@ def _pure_ref(cfg, config, batch):
 def _prime_ref(cfg, config, batch):
   del config
   mask, n = batch["response_mask"] > 0, cfg.group_size
-  if cfg.prime_rloo_form != "code" or cfg.prime_batch_norm:
+  if cfg.prime.rloo_form != "code" or cfg.prime.batch_norm:
     return None  # The paper's forms: tests/core/prime_test.py.
   process = core_prime_test._masked_rloo_reference(  # pylint: disable=protected-access
-      batch["implicit_rewards"], mask, n) * cfg.prime_process_coef
+      batch["implicit_rewards"], mask, n) * cfg.prime.process_coef
   outcome = ref.group_advantages_reference(batch["rewards"], n, "rloo")
-  rewards = process + cfg.prime_outcome_coef * _last_token(outcome, mask)
+  rewards = process + cfg.prime.outcome_coef * _last_token(outcome, mask)
   return ref.whiten_reference(ref.reward_to_go_reference(rewards, mask),
                               mask)
 
@@ -206,14 +210,14 @@ def _grpo_process_ref(cfg, config, batch):
 def _clip_delta_ref(cfg, config, batch):
   del config
   ids, scores = batch["step_ids"], batch["step_scores"]
-  assert cfg.clip_delta_mode == "clip_delta"
+  assert cfg.clip_delta.mode == "clip_delta"
   # Clip: min(r − η, 0); Delta: r_k − r_{k+1}, whose returns telescope to
   # the clipped reward of every step but the last, and 0 on the last.
   returns = np.zeros(scores.shape)
   for b in range(scores.shape[0]):
     last = int(ids[b].max())
     for s in range(last):
-      returns[b, s] = min(scores[b, s] - cfg.clip_eta, 0.0)
+      returns[b, s] = min(scores[b, s] - cfg.clip_delta.eta, 0.0)
   return _outcome_ref(cfg, batch) + cfg.process_coef * _on_steps(
       returns, ids, batch["response_mask"])
 
@@ -223,7 +227,8 @@ def _tp_grpo_ref(cfg, config, batch):
   assert cfg.advantage_estimator == "grpo"
   return core_thoughts_test._reference(  # pylint: disable=protected-access
       batch["step_scores"], batch["step_ids"], batch["response_mask"],
-      batch["rewards"], cfg.group_size, cfg.tp_alpha, eps=cfg.advantage_eps)
+      batch["rewards"], cfg.group_size, cfg.tp_grpo.alpha,
+      eps=cfg.advantage_eps)
 
 
 _REFERENCES = {
@@ -398,29 +403,35 @@ def core_ends(step_ids):
   return rl.core.step_end_mask_from_ids(jnp.asarray(step_ids))
 
 
-def _method(name, **values):
+def _method(name, verifier=None, **values):
+  """The method `name` with `config.rl` values; a key `section.key` sets
+  the method's own key `config.rl.section.key`."""
   config = config_lib.base_config()
   config.rl.method = name
   config.rl.group_size = 4
   for key, value in values.items():
-    config.rl[key] = value
-  return methods.make(config)
+    section, _, key = key.rpartition(".")
+    (config.rl[section] if section else config.rl)[key] = value
+  return methods.make(config, verifier)
 
 
-def test_methods_table_is_the_configs_list():
-  assert sorted(methods.METHODS) == sorted(config_lib._METHODS)  # pylint: disable=protected-access
+def test_methods_table_names_each_methods_class():
+  assert list(methods.METHODS) == list(config_methods.METHODS)
+  for name, cls in methods.METHODS.items():
+    assert issubclass(cls, base.Method)
+    assert cls.__module__ == f"rl_rewards.runners.methods.{name}"
 
 
 def test_pav_with_zero_alpha_is_the_outcome_baseline():
   batch = _random_batch(np.random.default_rng(0))
   outcome, _ = _method("outcome", advantage_estimator="drgrpo").advantages(
       batch)
-  pav, parts = _method("pav", pav_alpha=0.0,
+  pav, parts = _method("pav", **{"pav.alpha": 0.0},
                        advantage_estimator="drgrpo").advantages(batch)
   np.testing.assert_array_equal(np.asarray(pav), np.asarray(outcome))
   np.testing.assert_array_equal(np.asarray(parts["process"]), 0.0)
   # And a nonzero alpha really adds a per-step term.
-  pav1, _ = _method("pav", pav_alpha=1.0,
+  pav1, _ = _method("pav", **{"pav.alpha": 1.0},
                     advantage_estimator="drgrpo").advantages(batch)
   assert not np.allclose(np.asarray(pav1), np.asarray(outcome))
 
@@ -441,9 +452,10 @@ def test_pav_best_of_k_is_applied_once_hand_computed():
   # K = 4: Q^μ = 1 − (1 − Q)^4 = [0.5904, 0.9375], V^μ = 1 − 0.75^4 =
   # 0.68359, so A^μ = [−0.09320, 0.34710]. Dr. GRPO outcome: r − mean =
   # ±0.5, no std. α = 2.
-  method = _method("pav", group_size=2, pav_alpha=2.0, prover_k=4,
-                   advantage_estimator="drgrpo")
-  method.check(base.Verifier(None, "head", "soft"))
+  values = {"group_size": 2, "pav.alpha": 2.0, "pav.prover_k": 4,
+            "advantage_estimator": "drgrpo"}
+  method = _method("pav", base.Verifier(None, "head", "soft"), **values)
+  method.check()
   adv, parts = method.advantages(_pav_batch())
   a_mu = np.array([0.5904 - 0.68359375, 0.9375 - 0.5904])
   np.testing.assert_allclose(a_mu, [-0.09320, 0.34710], atol=1e-5)
@@ -454,9 +466,9 @@ def test_pav_best_of_k_is_applied_once_hand_computed():
                              [0, 0.5, 0.5, 0.5])
   # A verifier trained on the Best-of-4 prover's values predicts Q^μ: its
   # scores are used as they are, not put through Best-of-K again.
-  prover = _method("pav", group_size=2, pav_alpha=2.0, prover_k=4,
-                   advantage_estimator="drgrpo")
-  prover.check(base.Verifier(None, "head", "prover", prover_k=4))
+  prover = _method("pav", base.Verifier(None, "head", "prover", prover_k=4),
+                   **values)
+  prover.check()
   q_mu = dict(_pav_batch(), q_values=jnp.array([[0.5904, 0.9375],
                                                  [0.5904, 0.0]]),
               v_init=jnp.array([0.68359375, 0.5904]))
@@ -469,13 +481,15 @@ def test_pav_best_of_k_is_applied_once_hand_computed():
     (base.Verifier(None, "head", "hard"), {}, "prm.target"),
     (base.Verifier(None, "generative", "soft", value_trained=False), {},
      "prm.value_weight"),
-    (base.Verifier(None, "head", "prover", prover_k=8), {}, "rl.prover_k"),
+    (base.Verifier(None, "head", "prover", prover_k=8), {},
+     "rl.pav.prover_k"),
     (None, {"advantage_estimator": "grpo"}, "rl.advantage_estimator"),
 ])
 def test_pav_refuses_what_does_not_suit_it(verifier, values, key):
-  method = _method("pav", **{"advantage_estimator": "drgrpo", **values})
+  method = _method("pav", verifier,
+                   **{"advantage_estimator": "drgrpo", **values})
   with pytest.raises(config_lib.ConfigError, match=key.replace(".", r"\.")):
-    method.check(verifier)
+    method.check()
 
 
 def test_pipeline_checks_the_planned_verifier_before_running(tmp_path):
@@ -516,8 +530,8 @@ def test_pure_hard_min_form_returns_are_the_minimum():
            "step_ids": jnp.array([[-1, 0, 0, 1, 2, 2]])}
   for credit, want in (("min", [-0.2, -0.2, 0.4]),
                        ("min_paper", [-0.2, -0.2, 0.0])):
-    rewards, temperature = _method("pure", pure_credit=credit).step_rewards(
-        batch)
+    method = _method("pure", **{"pure.credit": credit})
+    rewards, temperature = method.step_rewards(batch)
     assert temperature is None
     returns = np.cumsum(np.asarray(rewards)[0][::-1])[::-1]
     np.testing.assert_allclose(returns, want, atol=1e-6)
@@ -545,7 +559,8 @@ def test_reinforce_pp_puts_the_kl_in_the_reward():
            "rewards": jnp.array([1.0, 0.0, 1.0, 0.0]),
            "old_logprobs": jnp.asarray(rng.normal(size=(4, 5)), jnp.float32),
            "ref_logprobs": jnp.asarray(rng.normal(size=(4, 5)), jnp.float32)}
-  method = _method("reinforce_pp", reward_kl_coef=0.1, group_size=1)
+  method = _method("reinforce_pp", group_size=1,
+                   **{"reinforce_pp.reward_kl_coef": 0.1})
   assert method.reads_reference
   got, _ = method.advantages(batch)
   # Naive: r_t = outcome·1[t = 4] − 0.1·(old − ref), G = reverse cumsum,
@@ -559,7 +574,8 @@ def test_reinforce_pp_puts_the_kl_in_the_reward():
 
 
 def test_oracle_step_arrays():
-  arrays = base.oracle_step_arrays([[True, True, False, True], [True]], 3)
+  arrays = step_scores.oracle_step_arrays([[True, True, False, True], [True]],
+                                          3)
   np.testing.assert_array_equal(arrays["labels"], [[1, 1, 0], [1, 0, 0]])
   np.testing.assert_array_equal(arrays["q_values"], [[1, 1, 0], [1, 0, 0]])
   np.testing.assert_array_equal(arrays["v_init"], [1, 1])

@@ -40,7 +40,7 @@ from rl_rewards import cli
 from rl_rewards import metrics as metrics_lib
 from rl_rewards.runners import pipeline
 from rl_rewards.runners import prm_stages
-from rl_rewards.runners import rl
+from rl_rewards.runners import rl_metrics
 from rl_rewards.runners import sft
 from rl_rewards.runners import tasks as tasks_lib
 from rl_rewards.sharding import mesh as mesh_lib
@@ -483,7 +483,7 @@ def _scored(rows):
 
 def test_rollout_metrics_from_two_processes_equal_one(monkeypatch):
   lengths = np.array([10, 7, 12, 5, 3, 8, 9, 11], np.int32)
-  whole = rl.rollout_metrics(_scored(slice(None)), lengths, 2)
+  whole = rl_metrics.rollout_metrics(_scored(slice(None)), lengths, 2)
   # Hand-computed: groups (1,0) (1,1) (0,0) (0,1); 18 steps, 2 empty.
   assert whole["train/reward_mean"] == 0.5
   assert whole["train/mixed_groups"] == 0.5
@@ -496,7 +496,7 @@ def test_rollout_metrics_from_two_processes_equal_one(monkeypatch):
   assert whole["train/correct_with_wrong_step"] == 1 / 8  # Row 3.
   halves = [(_scored(rows), lengths[rows], 2)
             for rows in (slice(0, 4), slice(4, 8))]
-  for got in _as_processes(monkeypatch, rl.rollout_metrics, halves):
+  for got in _as_processes(monkeypatch, rl_metrics.rollout_metrics, halves):
     assert got.keys() == whole.keys()
     for key, value in whole.items():
       assert got[key] == pytest.approx(value, rel=1e-12), key
@@ -510,13 +510,14 @@ def test_prm_agreement_from_two_processes_equals_one(monkeypatch):
     step_ids[b, 2:2 + 2 * n] = np.repeat(np.arange(n), 2)
   oracle = (rng.random((8, 4)) > 0.5).astype(np.float32)
   rewards = np.array([1, 0, 1, 1, 0, 0, 0, 1], np.float32)
-  whole = rl.prm_agreement_metrics(scores, step_ids, oracle, rewards)
+  whole = rl_metrics.prm_agreement_metrics(scores, step_ids, oracle, rewards)
   valid = np.arange(4)[None, :] < np.array([3, 2, 4, 1, 1, 2, 3, 4])[:, None]
   assert whole["prm/mean_step_score"] == pytest.approx(scores[valid].mean())
   assert whole["prm/step_label_agreement"] == pytest.approx(np.mean(
       ((scores >= 0.5) == (oracle >= 0.5))[valid]))
   parts = [(scores[r], step_ids[r], oracle[r], rewards[r])
            for r in (slice(0, 2), slice(2, 8))]
-  for got in _as_processes(monkeypatch, rl.prm_agreement_metrics, parts):
+  for got in _as_processes(monkeypatch, rl_metrics.prm_agreement_metrics,
+                           parts):
     for key, value in whole.items():
       assert got[key] == pytest.approx(value, rel=1e-12), key

@@ -12,7 +12,7 @@ single-process reference with the same recorder (`install`).
 
 The second form (`reductions`) runs only what combines rows over processes,
 on a randomly initialised `test`-size policy: two RL rollouts and their
-metrics (`rl.rollout_metrics`), the held-out greedy accuracy
+metrics (`rl_metrics.rollout_metrics`), the held-out greedy accuracy
 (`evaluation.greedy_accuracy`) and pass@n (`evaluation.pass_at_n`), with a
 scorer that marks about half of the responses correct (`mixed_scores`), and
 writes the numbers and the rows this process scored to OUT_JSON.
@@ -116,6 +116,7 @@ def run_reductions(out_path: str, workdir: str):
   from rl_rewards.runners import evaluation  # pylint: disable=g-import-not-at-top
   from rl_rewards.runners import pipeline  # pylint: disable=g-import-not-at-top
   from rl_rewards.runners import rl  # pylint: disable=g-import-not-at-top
+  from rl_rewards.runners import rl_metrics  # pylint: disable=g-import-not-at-top
   from rl_rewards.sharding import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
   mesh_lib.maybe_initialize_distributed()
@@ -139,8 +140,8 @@ def run_reductions(out_path: str, workdir: str):
   metrics = {}
   for step in range(2):
     _, scored, info = rl.rollout(ctx, params, step)
-    step_metrics = rl.rollout_metrics(scored, info["lengths"],
-                                      config.rl.group_size)
+    step_metrics = rl_metrics.rollout_metrics(scored, info["lengths"],
+                                              config.rl.group_size)
     metrics.update({f"step{step}/{k}": v for k, v in step_metrics.items()})
     metrics[f"step{step}/num_tokens"] = info["num_tokens"]
   problems = ctx.task.problems_per_k("eval", config.eval.size_per_k)

@@ -34,7 +34,7 @@ def test_plan_equals_the_stage_program_on_real_arrays():
   model_config = models.preset("test", 24)
   mesh = mesh_lib.make_mesh(dict(data=2, fsdp=4, tensor=1))
   with mesh_lib.activate(mesh):
-    builder = {b.name: b for b in programs.pipeline_programs(
+    builder = {b.name: b for b in plan.pipeline_programs(
         config, model_config, mesh)}["sft/update"]
     rows = builder.rows
     report = plan.measure(builder.build(rows))
@@ -55,8 +55,8 @@ def test_plan_equals_the_stage_program_on_real_arrays():
   assert planned == real
   arguments, outputs, aliased, temps = real
   assert report.total == arguments + outputs - aliased + temps
-  assert report.params == programs.per_device_bytes(state.params)
-  assert report.optimizer == programs.per_device_bytes(state.opt_state)
+  assert report.params == plan.per_device_bytes(state.params)
+  assert report.optimizer == plan.per_device_bytes(state.opt_state)
   assert report.params > 0 and report.optimizer > 0 and report.activations > 0
 
 

@@ -1,7 +1,8 @@
 """The real-model path: a HF Qwen2 checkpoint + tokenizer.json + GSM8K data.
 
-No hub is reachable, so the test makes a tiny random Qwen2 checkpoint with
-`save_hf`, a word-level `tokenizer.json` with the `tokenizers` library, and a
+No hub is reachable, so the test makes a tiny random Qwen2 checkpoint
+(`rl_rewards.models.tiny_hub`: random weights through `save_hf`, a
+word-level `tokenizer.json` with the `tokenizers` library), and a
 few GSM8K-format rows (train: two Parquet shards; eval: JSONL) plus two
 held-out sets (MATH-500 JSONL, AIME Parquet), then runs
 `configs/qwen_gsm8k.py:smoke` end to end.
@@ -10,7 +11,6 @@ held-out sets (MATH-500 JSONL, AIME Parquet), then runs
 import json
 import os
 
-import jax
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -19,6 +19,7 @@ from rl_rewards import cli
 from rl_rewards import config_lib
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import models
+from rl_rewards.models import tiny_hub
 from rl_rewards.runners import pipeline
 from tests.runners import gsm8k_files
 
@@ -50,10 +51,8 @@ def files(tmp_path_factory):
   checkpoint = root / "checkpoint"
   checkpoint.mkdir()
   tokenizer.save(str(checkpoint / "tokenizer.json"))
-  vocab = tokenizer.get_vocab_size()
-  model_config = models.preset("test", vocab)
-  params = models.init_params(model_config, jax.random.key(0))
-  models.save_hf(str(checkpoint), model_config, params)
+  tiny_hub.write_weights(str(checkpoint),
+                         models.preset("test", tokenizer.get_vocab_size()))
   return {"checkpoint": str(checkpoint), "train": str(train),
           "eval": str(evalf), "math500": str(math500), "aime": str(aime)}
 

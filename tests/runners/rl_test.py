@@ -12,6 +12,7 @@ from rl_rewards import models
 from rl_rewards.rollout import sampler
 from rl_rewards.runners import programs
 from rl_rewards.runners import rl
+from rl_rewards.runners import rl_metrics
 
 VOCAB = 13
 CFG = models.preset("test", VOCAB)
@@ -89,7 +90,7 @@ def test_update_metrics_are_averaged_over_every_minibatch():
   records = [{"loss": 1.0, "clipfrac": 0.0, "skipped": 0.0},
              {"loss": 3.0, "clipfrac": 0.5, "skipped": 1.0},
              {"loss": 2.0, "clipfrac": 0.1, "skipped": 1.0}]
-  got = rl.mean_update_metrics(records)
+  got = rl_metrics.mean_update_metrics(records)
   assert got == pytest.approx({"loss": 2.0, "clipfrac": 0.2, "skipped": 2.0})
 
 
@@ -97,7 +98,7 @@ def test_advantage_diagnostics_hand_computed():
   mask = jnp.array([[1, 1, 1, 0], [1, 1, 0, 0]], jnp.float32)
   outcome = jnp.array([[1.0, 1.0, 1.0, 0.0], [-1.0, -1.0, 0.0, 0.0]])
   process = jnp.array([[0.0, 0.5, 0.0, 9.0], [0.0, 0.0, 0.0, 9.0]])
-  got = rl.advantage_diagnostics(outcome + process,
+  got = rl_metrics.advantage_diagnostics(outcome + process,
                                  {"outcome": outcome, "process": process},
                                  mask)
   valid = np.asarray(mask) > 0
@@ -109,7 +110,7 @@ def test_advantage_diagnostics_hand_computed():
                              np.var([0, 0.5, 0, 0, 0]), rtol=1e-6)
   np.testing.assert_allclose(got["train/advantage_var_outcome"], 0.96,
                              rtol=1e-6)
-  zero = rl.advantage_diagnostics(process * 0, {}, mask)
+  zero = rl_metrics.advantage_diagnostics(process * 0, {}, mask)
   assert float(zero["train/nonzero_advantage_fraction"]) == 0.0
 
 
@@ -120,7 +121,7 @@ def test_first_error_agreement():
   scores = np.array([[0.9, 0.2, 0.1], [0.9, 0.8, 0.7], [0.6, 0.7, 0.0]])
   step_ids = np.array([[0, 1, 2], [0, 1, 2], [0, 0, 1]])
   labels = np.array([[1, 0, 0], [0, 1, 1], [1, 1, 0]], np.float32)
-  got = rl.prm_agreement_metrics(scores, step_ids, labels,
+  got = rl_metrics.prm_agreement_metrics(scores, step_ids, labels,
                                  np.array([0.0, 0.0, 1.0]))
   assert got["prm/first_error_agreement"] == pytest.approx(2 / 3)
 
@@ -141,7 +142,7 @@ def test_process_signal_metrics_hand_computed():
                     np.float32)
   kept = np.array([True, True, True, True, False])
   num_steps = np.array([2, 3, 3, 2, 3])
-  got = rl.process_signal_metrics(process, kept, labels, num_steps)
+  got = rl_metrics.process_signal_metrics(process, kept, labels, num_steps)
   assert got == pytest.approx({
       "train/process_signal_rows": 3 / 4,
       "train/process_blames_first_error": 1 / 2,
@@ -154,7 +155,7 @@ def test_rollout_metrics_count_all_wrong_and_all_right_groups():
       rewards=np.array([0, 0, 1, 0, 1, 1], np.float32),
       num_steps=np.array([2, 2, 2, 2, 2, 2]),
       step_labels=[[1, 0]] * 6, empty_steps=np.zeros(6))
-  got = rl.rollout_metrics(scored, np.full(6, 10), group_size=2)
+  got = rl_metrics.rollout_metrics(scored, np.full(6, 10), group_size=2)
   assert got["train/all_wrong_groups"] == pytest.approx(1 / 3)
   assert got["train/all_right_groups"] == pytest.approx(1 / 3)
   assert got["train/zero_outcome_signal_groups"] == pytest.approx(2 / 3)

@@ -4,7 +4,7 @@ counted and logged; training goes on."""
 from absl import logging
 import numpy as np
 
-from rl_rewards.runners import rl
+from rl_rewards.runners import rl_metrics
 from rl_rewards.runners import tasks as tasks_lib
 from rl_rewards.tasks import verifiers
 
@@ -42,10 +42,10 @@ def test_rl_step_records_the_verifier_counts():
   task = _gsm8k_task()
   problems = [tasks_lib.TextProblem("Q", "7", "#### 7", i) for i in range(2)]
   task.score(problems, ["#### 7", "9" * 1_000_000], [True, True])
-  got = rl.verifier_metrics(task)
+  got = rl_metrics.verifier_metrics(task)
   assert got["verifier/calls"] == 2
   assert got["verifier/oversize"] == 1
   assert got["verifier/timeouts"] == 0
   assert "verifier/max_call_s" in got
   # The arithmetic task checks answers in-process: nothing to record.
-  assert rl.verifier_metrics(object()) == {}
+  assert rl_metrics.verifier_metrics(object()) == {}

@@ -75,7 +75,7 @@ def _tokens(rows, length):
 
 # ---------------------------------------------------------------- policy --
 
-# TV-6 (spec/algorithms.md): (ρ, A) per response token, ε = 0.2, c = 3.
+# TV-6 (docs/algorithms.md): (ρ, A) per response token, ε = 0.2, c = 3.
 _RATIOS = np.array([1.3, 0.7, 0.7, 1.3, 5.0])
 _ADVANTAGES = np.array([1.0, 1.0, -1.0, -1.0, -1.0])
 

@@ -1,55 +1,47 @@
 """Credit-assignment methods of the RL stage: one module each.
 
-`METHODS` is the explicit table `config.rl.method` chooses from; every entry
-implements `base.Method` (its extra models, per-step signal, advantages,
-extra updates and config checks), so the RL loop has no per-method branch
-and a new method is one new module plus one row here.
-
-  outcome       GRPO / Dr. GRPO / RLOO on the outcome   outcome.py
-  reinforce_pp  REINFORCE++, ± group baseline           reinforce_pp.py
-  ppo           GAE with a learned value model          ppo.py
-  pav           outcome + α·A^μ (process advantages)    pav.py
-  pure          min-form PRM credit (softmin or hard)   pure.py
-  grpo_process  DeepSeekMath process supervision        grpo_process.py
-  clip_delta    Clip/Delta refined PRM returns          clip_delta.py
-  prime         online implicit PRM                     prime.py
-  tp_grpo       thought-level rewards, adaptive weight  tp_grpo.py
+The table `config.rl.method` chooses from is `config_methods.METHODS` (the
+one list of methods, with each one's own keys); every entry names its class
+here, which implements `base.Method` (its programs and extra models, its
+per-step signal, advantages, extra updates and config checks), so the RL
+loop has no per-method branch and a new method is one new module plus one
+row of that table.
 """
 
+import importlib
+
 from rl_rewards import config_lib
+from rl_rewards import config_methods
 from rl_rewards.runners import verifier_refresh
 from rl_rewards.runners.methods import base
-from rl_rewards.runners.methods import clip_delta
-from rl_rewards.runners.methods import grpo_process
-from rl_rewards.runners.methods import outcome
-from rl_rewards.runners.methods import pav
-from rl_rewards.runners.methods import ppo
-from rl_rewards.runners.methods import prime
-from rl_rewards.runners.methods import pure
-from rl_rewards.runners.methods import reinforce_pp
-from rl_rewards.runners.methods import tp_grpo
-
-METHODS = {
-    "outcome": outcome.Outcome,
-    "reinforce_pp": reinforce_pp.ReinforcePP,
-    "ppo": ppo.PPO,
-    "pav": pav.PAV,
-    "pure": pure.PURE,
-    "grpo_process": grpo_process.GRPOProcess,
-    "clip_delta": clip_delta.ClipDelta,
-    "prime": prime.PRIME,
-    "tp_grpo": tp_grpo.TPGRPO,
-}
 
 
-def make(config) -> base.Method:
-  """The method of `config.rl.method`, for this config."""
+def _load(impl: str):
+  module, _, name = impl.partition(".")
+  return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+# {name: the `base.Method` subclass}, in the order of the table.
+METHODS = {name: _load(spec.impl)
+           for name, spec in config_methods.METHODS.items()}
+
+
+def make(config, verifier=None) -> base.Method:
+  """The method of `config.rl.method`, for this config.
+
+  Args:
+    config: the run's config.
+    verifier: the trained (or planned) `base.Verifier`; the method gets it
+      when it reads step scores with `rl.prm_source="model"`.
+  """
   name = config.rl.method
   if name not in METHODS:
     raise config_lib.ConfigError(
         f"config.rl.method: unknown method {name!r}; one of "
         f"{tuple(METHODS)}.")
-  return METHODS[name](config)
+  cls = METHODS[name]
+  reads_verifier = cls.reads_step_scores and config.rl.prm_source == "model"
+  return cls(config, verifier if reads_verifier else None)
 
 
 def check_config(config):
@@ -58,17 +50,20 @@ def check_config(config):
   A verifier the run trains itself (`prm` in the stages) is checked as
   planned by `config.prm`; a reused one (`prm.init_from`) when it is loaded.
   """
-  method = make(config)
-  base.require(not method.reads_step_scores or
+  cls = METHODS.get(config.rl.method)
+  base.require(cls is not None, "rl.method",
+               f"unknown method {config.rl.method!r}; one of "
+               f"{tuple(METHODS)}.")
+  base.require(not cls.reads_step_scores or
                config.rl.prm_source != "oracle" or config.task.name == "arith",
                "rl.prm_source", "the oracle PRM needs ground-truth step "
                "labels, which only the arith task has.")
   planned = None
-  reads_verifier = (method.reads_step_scores and
+  reads_verifier = (cls.reads_step_scores and
                     config.rl.prm_source == "model")
   if reads_verifier and "prm" in config.stages.split(","):
     planned = base.Verifier.planned(config)
-  method.check(planned)
+  make(config, planned).check()
   if verifier_refresh.enabled(config) and (planned is not None or
                                            not reads_verifier):
     verifier_refresh.check(config, planned)

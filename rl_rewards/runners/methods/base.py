@@ -5,15 +5,26 @@ The RL loop (`runners/rl.py`) reads rollout → signals → advantages → updat
 
   per run                              per RL step
   -------                              -----------
-  check(verifier)                      signals(ctx, state, batch)
-  models(ctx, params)                    -> (state, batch, record)
-  build(ctx, shardings)                advantages(batch) -> (A [B, T], parts)
-  planned_programs(model_config)       update(state, minibatch)
-    (what the planner compiles)          -> (state, metrics)
+  Method(config, verifier)             signals(ctx, fns, state, batch)
+  check()                                -> (state, batch additions, record)
+  programs(model_config)               advantages(batch) -> (A [B, T], parts)
+    -> its passes and updates          update(fns, state, minibatch)
+  init_models(ctx, params)               -> (state, metrics)
+    -> {model: initial params}
+
+Hooks return what later hooks read, and the loop passes it on: `programs`
+declares each of the method's programs once (`programs.Pass`,
+`programs.Update`: the run jits them, the memory planner compiles the same
+declarations); `init_models` gives the initial parameters of the models the
+updates train; the loop makes their states (with each update's optimizer)
+and hands the callables back to `signals` and `update` as `fns`, a dict by
+program name. A method holds only its config and its verifier.
 
 `Method` itself is outcome-only credit assignment with no extra model; each
-method module subclasses it and overrides what it needs. Two class flags
-tell the loop which shared signals to put in the batch before `signals`:
+method module subclasses it and overrides what it needs. Its own keys are
+the section `config.rl.<method>` (declared and checked in
+`rl_rewards/config_methods.py`). Two class flags tell the loop which shared
+signals to put in the batch before `signals`:
 
   reads_step_scores  the step scores of the rollout, from the trained
                      verifier (`rl.prm_source="model"`) or the task's step
@@ -24,10 +35,10 @@ tell the loop which shared signals to put in the batch before `signals`:
   reads_reference    the reference policy's token log-probs `ref_logprobs`
                      [B, T] (also added whenever `rl.kl_coef` > 0).
 
-Batch layout (DESIGN §4): `tokens`, `attention_mask`, `response_mask`
-(already multiplied by the accuracy filter's row weights), `step_ids`
-(clamped to S = `task.max_steps` slots), `step_end_mask` (ends of the
-unclamped steps: a merged last slot keeps its inner delimiters as ends),
+Batch layout (`docs/data_model.md`): `tokens`, `attention_mask`,
+`response_mask` (already multiplied by the accuracy filter's row weights),
+`step_ids` (clamped to S = `task.max_steps` slots), `step_end_mask` (ends of
+the unclamped steps: a merged last slot keeps its inner delimiters as ends),
 `old_logprobs` [B, T] and `rewards` [B].
 """
 
@@ -35,7 +46,6 @@ import dataclasses
 from typing import Any
 
 import jax.numpy as jnp
-import numpy as np
 
 from rl_rewards import config_lib
 from rl_rewards import core
@@ -73,15 +83,6 @@ class Verifier:
                value_trained=prm.value_weight > 0)
 
 
-@dataclasses.dataclass(frozen=True)
-class ExtraModel:
-  """A model a method trains beside the policy: its initial parameters, its
-  optimizer and the heads its parameters hold."""
-  params: Any
-  tx: Any
-  heads: tuple = ("lm",)
-
-
 def require(condition: bool, key: str, message: str):
   """Raises `ConfigError("config.<key>: <message>")` unless `condition`."""
   if not condition:
@@ -89,49 +90,55 @@ def require(condition: bool, key: str, message: str):
 
 
 class Method:
-  """Outcome-only credit assignment: the default of every hook."""
+  """Outcome-only credit assignment: the default of every hook.
+
+  Args:
+    config: the run's config (the method reads `config.rl` and its own
+      section `config.rl.<method>`).
+    verifier: the `Verifier` whose step scores the method reads (None for
+      the oracle or a method that reads none; a planned one when the config
+      is checked before the verifier is trained).
+  """
 
   reads_step_scores = False
   reads_reference = False
   update_keys: tuple = ()  # Extra batch keys `update` reads per minibatch.
 
-  def __init__(self, config):
+  def __init__(self, config, verifier=None):
     self.config = config
     self.cfg = config.rl
+    self.verifier = verifier
 
   # ------------------------------------------------------------ per run ---
 
-  def check(self, verifier=None):
-    """Raises `ConfigError` naming the key when the config (or `verifier`,
-    a `Verifier` or None) does not suit the method."""
-    del verifier
+  def check(self):
+    """Raises `ConfigError` naming the key when the config (or the
+    verifier) does not suit the method."""
 
-  def models(self, ctx, params) -> dict:
-    """Extra trained models `{name: ExtraModel}` (checkpointed with the
-    policy, each with its own optimizer state)."""
-    del ctx, params
-    return {}
-
-  def build(self, ctx, shardings: dict):
-    """Builds the method's jitted programs once the states exist."""
-    del ctx, shardings
-
-  def planned_programs(self, model_config) -> tuple:
-    """The programs of the method's own models, for the memory planner
-    (`programs.pipeline_programs`): `programs.PlannedPass` and
-    `programs.PlannedUpdate` entries, with the functions `build` jits."""
+  def programs(self, model_config) -> tuple:
+    """The method's own programs: `programs.Pass` (a forward pass over each
+    rollout) and `programs.Update` (the update of a model it trains beside
+    the policy, with its optimizer) entries, for the run and the memory
+    planner alike."""
     del model_config
     return ()
 
+  def init_models(self, ctx, params) -> dict:
+    """`{model: initial params}` of every model its updates train
+    (checkpointed with the policy, each with its own optimizer state)."""
+    del ctx, params
+    return {}
+
   # ----------------------------------------------------------- per step ---
 
-  def signals(self, ctx, state: dict, batch: dict):
+  def signals(self, ctx, fns: dict, state: dict, batch: dict):
     """The method's per-step signal: `(state, batch additions, record)`.
 
+    `fns` holds the method's programs by name (`programs`), ready to call.
     May update extra models (PRIME's implicit PRM learns here, before the
     advantages, on this rollout's outcome labels).
     """
-    del ctx, batch
+    del ctx, fns, batch
     return state, {}, {}
 
   def advantages(self, batch):
@@ -143,9 +150,9 @@ class Method:
     a = outcome_token_advantages(self.cfg, batch)
     return a, {"outcome": a}
 
-  def update(self, state: dict, minibatch: dict):
+  def update(self, fns: dict, state: dict, minibatch: dict):
     """Extra updates per policy minibatch: `(state, metrics)`."""
-    del minibatch
+    del fns, minibatch
     return state, {}
 
 
@@ -168,23 +175,3 @@ def outcome_token_advantages(cfg, batch, estimator=None):
 def clamp_step_ids(step_ids, num_steps: int):
   """Merges steps >= num_steps into the last slot; keeps −1 (off-response)."""
   return jnp.where(step_ids < 0, step_ids, jnp.minimum(step_ids, num_steps - 1))
-
-
-def oracle_step_arrays(step_labels, num_steps: int):
-  """Ground-truth step labels -> `[B, S]` host arrays.
-
-  Returns:
-    dict with `labels` (1.0 correct / 0.0 wrong), `q_values` (Q of a perfect
-    prover: 1 until the first wrong step, then 0), `v_init` (ones: a perfect
-    prover solves the bare question). Steps beyond `num_steps` are merged
-    into the last slot (correct only if all merged steps are).
-  """
-  batch = len(step_labels)
-  labels = np.zeros((batch, num_steps), np.float32)
-  for b, row in enumerate(step_labels):
-    row = [bool(x) for x in row]
-    if len(row) > num_steps:
-      row = row[:num_steps - 1] + [all(row[num_steps - 1:])]
-    labels[b, :len(row)] = row
-  return {"labels": labels, "q_values": np.cumprod(labels, axis=1),
-          "v_init": np.ones((batch,), np.float32)}

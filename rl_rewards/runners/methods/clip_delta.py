@@ -6,7 +6,7 @@ Reward at Training Time for LLM Reasoning", 2410.15115).
   Delta:  r_k ← r_k − r_{k+1}, last step kept (returns telescope to r_k)
   A_t = A^out + c·Σ_{j ≥ k(t)} r_j,
 
-`rl.clip_delta_mode` (clip | delta | clip_delta), η = `rl.clip_eta`,
+`rl.clip_delta.mode` (clip | delta | clip_delta), η = `rl.clip_delta.eta`,
 c = `rl.process_coef`.
 """
 
@@ -26,9 +26,10 @@ class ClipDelta(base.Method):
     scores = batch["step_scores"]
     step_mask = core.step_mask_from_ids(batch["step_ids"], scores.shape[1])
     refined = scores
-    if cfg.clip_delta_mode in ("clip", "clip_delta"):
-      refined = core.clip_step_rewards(refined, step_mask, eta=cfg.clip_eta)
-    if cfg.clip_delta_mode in ("delta", "clip_delta"):
+    if cfg.clip_delta.mode in ("clip", "clip_delta"):
+      refined = core.clip_step_rewards(refined, step_mask,
+                                       eta=cfg.clip_delta.eta)
+    if cfg.clip_delta.mode in ("delta", "clip_delta"):
       refined = core.delta_step_rewards(refined, step_mask)
     returns = core.step_returns(refined, step_mask)
     process = core.steps_to_tokens(returns, batch["step_ids"])

@@ -13,10 +13,10 @@ term would scale α by 1/σ_g, e.g. 2.8× in a 1-of-8 group).
 
 Where Q^π comes from:
 - a score-head or generative verifier trained on Monte-Carlo Q̂^π
-  (`prm.target="soft"`): Q^μ = BoK(Q^π, `rl.prover_k`);
+  (`prm.target="soft"`): Q^μ = BoK(Q^π, `rl.pav.prover_k`);
 - one trained on the prover's values (`prm.target="prover"`): its scores
   already are Q^μ of its labels' prover and are used as they are
-  (`rl.prover_k` must name that K);
+  (`rl.pav.prover_k` must name that K);
 - the task's step checker (`rl.prm_source="oracle"`): a perfect prover's
   0/1 values.
 The verifier must have learned V(question) (its `value_weight` > 0): the
@@ -40,12 +40,15 @@ class PAV(base.Method):
 
   reads_step_scores = True
 
-  def __init__(self, config):
-    super().__init__(config)
-    self.k = config.rl.prover_k
+  def __init__(self, config, verifier=None):
+    super().__init__(config, verifier)
+    # K of the second Best-of-K: none (1) when the verifier's scores are
+    # already Q^μ of its labels' prover.
+    self.k = (1 if verifier is not None and verifier.target == "prover"
+              else config.rl.pav.prover_k)
 
-  def check(self, verifier=None):
-    cfg = self.cfg
+  def check(self):
+    cfg, verifier = self.cfg, self.verifier
     base.require(cfg.advantage_estimator in ("drgrpo", "rloo"),
                  "rl.advantage_estimator",
                  "PAV's effective reward (r − baseline) + α·A^μ is not "
@@ -63,17 +66,16 @@ class PAV(base.Method):
                  "the verifier's V(question) was not trained (value_weight "
                  "0): A^μ of the first step needs it.")
     if verifier.target == "prover":
-      base.require(cfg.prover_k == verifier.prover_k, "rl.prover_k",
+      base.require(cfg.pav.prover_k == verifier.prover_k, "rl.pav.prover_k",
                    f"the verifier predicts Q^μ of a Best-of-"
                    f"{verifier.prover_k} prover (its labels); set "
-                   f"rl.prover_k={verifier.prover_k}.")
-      self.k = 1  # Its scores are Q^μ already: no second Best-of-K.
+                   f"rl.pav.prover_k={verifier.prover_k}.")
 
   def advantages(self, batch):
     seq = base.outcome_advantages(self.cfg, batch)
     step_adv = prover_advantages(batch["q_values"], batch["v_init"],
                                  batch["step_ids"], self.k)
     a = core.pav_advantages(seq, step_adv, batch["step_ids"],
-                            batch["response_mask"], alpha=self.cfg.pav_alpha)
+                            batch["response_mask"], alpha=self.cfg.pav.alpha)
     outcome = core.broadcast_to_tokens(seq, batch["response_mask"])
     return a, {"outcome": outcome, "process": a - outcome}

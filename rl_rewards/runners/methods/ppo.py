@@ -5,9 +5,12 @@
 
 with the outcome reward on the last response token. The value model starts
 from the policy backbone with a fresh score head, has its own optimizer
-(`rl.value_learning_rate`) and is regressed (clipped, `rl.value_clip`) on
-G_t in every policy minibatch.
+(`rl.ppo.value_learning_rate`) and is regressed (clipped,
+`rl.ppo.value_clip`) on G_t in every policy minibatch; γ = `rl.gae_gamma`,
+λ = `rl.ppo.gae_lambda`.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -18,13 +21,23 @@ from rl_rewards.runners import programs
 from rl_rewards.runners.methods import base
 
 
-def gae(cfg, batch):
-  """(whitened advantages [B, T], returns [B, T]) of the outcome reward."""
+def _gae(batch, gamma: float, lam: float):
+  """(advantages [B, T], returns [B, T]) of the outcome reward."""
   mask = batch["response_mask"]
   rewards = core.outcome_token_rewards(batch["rewards"], mask)
-  advantages, returns = core.gae(rewards, batch["values"], mask,
-                                 gamma=cfg.gae_gamma, lam=cfg.gae_lambda)
-  return core.masked_whiten(advantages, mask), returns
+  return core.gae(rewards, batch["values"], mask, gamma=gamma, lam=lam)
+
+
+def gae(cfg, batch):
+  """(whitened advantages [B, T], returns [B, T]) of the outcome reward."""
+  advantages, returns = _gae(batch, cfg.gae_gamma, cfg.ppo.gae_lambda)
+  return core.masked_whiten(advantages, batch["response_mask"]), returns
+
+
+@functools.partial(jax.jit, static_argnames=("gamma", "lam"))
+def _returns(batch, gamma: float, lam: float):
+  """[B, T] value targets G_t = A_t + V_t (before whitening)."""
+  return _gae(batch, gamma, lam)[1]
 
 
 class PPO(base.Method):
@@ -32,35 +45,27 @@ class PPO(base.Method):
 
   update_keys = ("old_values", "returns")
 
-  def models(self, ctx, params):
-    self.value_tx = programs.rl_optimizer(self.cfg, self.cfg.value_learning_rate)
-    value_params = models.init_from_backbone(
-        ctx.model_config, jax.device_get(params), ctx.rng("value_init"),
-        heads=("score",))
-    return {"value": base.ExtraModel(value_params, self.value_tx,
-                                     ("score",))}
-
-  def build(self, ctx, shardings):
-    self.value_step = programs.jit_update(
-        programs.value_step_fn(ctx.config, ctx.model_config, self.value_tx),
-        shardings["value"], ctx.mesh)
-    self.values_fn = programs.values_pass(ctx.config, ctx.model_config)
-    self.returns_fn = jax.jit(lambda b: gae(self.cfg, b)[1])
-
-  def planned_programs(self, model_config):
-    tx = programs.rl_optimizer(self.cfg, self.cfg.value_learning_rate)
+  def programs(self, model_config):
+    tx = programs.rl_optimizer(self.cfg, self.cfg.ppo.value_learning_rate)
     return (
-        programs.PlannedPass("rl/values", ("score",),
-                             programs.values_pass(self.config, model_config)),
-        programs.PlannedUpdate(
+        programs.Pass("rl/values", "value", ("score",),
+                      programs.values_pass(self.config, model_config)),
+        programs.Update(
             "rl/value_update", "value", ("score",), tx,
             programs.value_step_fn(self.config, model_config, tx),
             {"old_values": jnp.float32, "returns": jnp.float32}))
 
-  def signals(self, ctx, state, batch):
-    values = self.values_fn(state["value"].params, batch["tokens"],
-                            batch["attention_mask"])
-    returns = self.returns_fn(dict(batch, values=values))
+  def init_models(self, ctx, params):
+    return {"value": models.init_from_backbone(
+        ctx.model_config, jax.device_get(params), ctx.rng("value_init"),
+        heads=("score",))}
+
+  def signals(self, ctx, fns, state, batch):
+    values = fns["rl/values"](state["value"].params, batch["tokens"],
+                              batch["attention_mask"])
+    returns = _returns(dict(batch, values=values),
+                       gamma=float(self.cfg.gae_gamma),
+                       lam=float(self.cfg.ppo.gae_lambda))
     return state, {"values": values, "old_values": values,
                    "returns": returns}, {}
 
@@ -68,7 +73,8 @@ class PPO(base.Method):
     a, _ = gae(self.cfg, batch)
     return a, {"outcome": a}
 
-  def update(self, state, minibatch):
+  def update(self, fns, state, minibatch):
     state = dict(state)
-    state["value"], metrics = self.value_step(state["value"], minibatch)
+    state["value"], metrics = fns["rl/value_update"](state["value"],
+                                                     minibatch)
     return state, metrics

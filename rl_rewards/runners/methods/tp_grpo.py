@@ -10,7 +10,7 @@ lead to its error keep r̂^o (≤ 0) and the others get 0
 (`core.tp_grpo_advantages`, which says which parts follow the paper and
 which are this implementation's reading of it). A step is good when the
 verifier's P(correct) exceeds ½ (`prm_source="oracle"`: the step checker).
-α = `rl.tp_alpha`; the outcome normalisation is `rl.advantage_estimator`.
+α = `rl.tp_grpo.alpha`; the outcome normalisation is `rl.advantage_estimator`.
 """
 
 from rl_rewards import core
@@ -22,15 +22,11 @@ class TPGRPO(base.Method):
 
   reads_step_scores = True
 
-  def check(self, verifier=None):
-    base.require(self.cfg.tp_alpha >= 0, "rl.tp_alpha",
-                 f"must be >= 0, got {self.cfg.tp_alpha}.")
-
   def advantages(self, batch):
     cfg = self.cfg
     a = core.tp_grpo_advantages(
         batch["step_scores"], batch["step_ids"], batch["response_mask"],
-        batch["rewards"], cfg.group_size, alpha=cfg.tp_alpha,
+        batch["rewards"], cfg.group_size, alpha=cfg.tp_grpo.alpha,
         estimator=cfg.advantage_estimator, eps=cfg.advantage_eps)
     outcome = base.outcome_token_advantages(cfg, batch)
     return a, {"outcome": outcome, "process": a - outcome}
