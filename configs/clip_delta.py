@@ -17,6 +17,7 @@ times the sum of refined rewards from step k on.
 """
 
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 
 
 def get_config(arg=None):
@@ -25,13 +26,14 @@ def get_config(arg=None):
       model="generative", target="progress",
       mode="clip_delta")
   config = config_lib.base_config()
-  config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
-                             prm=arg.prm, model=arg.model, target=arg.target)
+  config_presets.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
+                                 prm=arg.prm, model=arg.model,
+                                 target=arg.target)
   config.rl.method = "clip_delta"
   config.rl.clip_delta.mode = arg.mode
   config.rl.clip_delta.eta = 0.5
   config.rl.process_coef = 1.0
-  return config_lib.apply_size(config, arg.size, regime=arg.regime)
+  return config_presets.apply_size(config, arg.size, regime=arg.regime)
 
 
 def get_sweep():

@@ -8,12 +8,13 @@ the response length budget), removing the bias toward long wrong answers.
 """
 
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 
 
 def get_config(arg=None):
   arg = config_lib.parse_arg(
       arg, size="tiny", regime="standard", sft="")
-  config = config_lib.apply_size(config_lib.base_config(), arg.size,
+  config = config_presets.apply_size(config_lib.base_config(), arg.size,
                                  regime=arg.regime)
   config.sft.init_from = arg.sft
   config.rl.method = "outcome"

@@ -12,6 +12,7 @@ advantage: the sum-form baseline that PURE's min-form argues against.
 """
 
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 
 
 def get_config(arg=None):
@@ -19,11 +20,12 @@ def get_config(arg=None):
       arg, size="tiny", regime="standard", sft="", labels="", prm="",
       model="generative", target="progress", coef=1.0)
   config = config_lib.base_config()
-  config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
-                             prm=arg.prm, model=arg.model, target=arg.target)
+  config_presets.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
+                                 prm=arg.prm, model=arg.model,
+                                 target=arg.target)
   config.rl.method = "grpo_process"
   config.rl.process_coef = arg.coef
-  return config_lib.apply_size(config, arg.size, regime=arg.regime)
+  return config_presets.apply_size(config, arg.size, regime=arg.regime)
 
 
 def get_sweep():

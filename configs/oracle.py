@@ -9,12 +9,13 @@ mistake. `:method=pure` uses the same oracle labels (+1/−1) as PURE's PRM.
 """
 
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 
 
 def get_config(arg=None):
   arg = config_lib.parse_arg(
       arg, size="tiny", regime="standard", sft="", method="pav")
-  config = config_lib.apply_size(config_lib.base_config(), arg.size,
+  config = config_presets.apply_size(config_lib.base_config(), arg.size,
                                  regime=arg.regime)
   config.sft.init_from = arg.sft
   config.rl.method = arg.method

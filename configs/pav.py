@@ -33,6 +33,7 @@ verifier's validation error.
 """
 
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 
 
 def get_config(arg=None):
@@ -40,15 +41,16 @@ def get_config(arg=None):
       arg, size="tiny", regime="standard", sft="", labels="", prm="",
       alpha=0.5, k=4, verifier="head", refresh=0.0)
   config = config_lib.base_config()
-  config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
-                             prm=arg.prm, model=arg.verifier, target="soft")
+  config_presets.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
+                                 prm=arg.prm, model=arg.verifier,
+                                 target="soft")
   config.prm.value_weight = 1.0  # A^mu of the first step needs V^pi.
   config.rl.method = "pav"
   config.rl.advantage_estimator = "drgrpo"  # r - group mean (Eq. 5).
   config.rl.pav.alpha = arg.alpha
   config.rl.pav.prover_k = arg.k
   config.rl.verifier_refresh_lr = arg.refresh
-  return config_lib.apply_size(config, arg.size, regime=arg.regime)
+  return config_presets.apply_size(config, arg.size, regime=arg.regime)
 
 
 def get_sweep():

@@ -14,13 +14,14 @@ PRIME. `rloo=paper` uses Eq. 5's leave-one-out form instead of the code's;
 """
 
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 
 
 def get_config(arg=None):
   arg = config_lib.parse_arg(
       arg, size="tiny", regime="standard", sft="", rloo="code",
       batch_norm=False)
-  config = config_lib.apply_size(config_lib.base_config(), arg.size,
+  config = config_presets.apply_size(config_lib.base_config(), arg.size,
                                  regime=arg.regime)
   config.sft.init_from = arg.sft
   config.rl.method = "prime"

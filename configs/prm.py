@@ -69,6 +69,7 @@ verifier with `--config.prm.init_from=runs/prm_file
 """
 
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 
 
 def get_config(arg=None):
@@ -91,7 +92,7 @@ def get_config(arg=None):
   config.prm_eval.bon_problems = 200
   config.prm_eval.bon_samples = 64
   # `test` shrinks sections.
-  config = config_lib.apply_size(config, arg.size, regime=arg.regime)
+  config = config_presets.apply_size(config, arg.size, regime=arg.regime)
   if arg.data == "file":
     _from_file(config, arg)
   elif arg.data != "labels":

@@ -23,6 +23,7 @@ PURE-PRM, which the paper found prone to reward hacking: watch
 """
 
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 
 
 def get_config(arg=None):
@@ -31,13 +32,14 @@ def get_config(arg=None):
       model="generative", target="progress",
       vr=1.0, temperature=0.1, credit="softmin")
   config = config_lib.base_config()
-  config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
-                             prm=arg.prm, model=arg.model, target=arg.target)
+  config_presets.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
+                                 prm=arg.prm, model=arg.model,
+                                 target=arg.target)
   config.rl.method = "pure"
   config.rl.pure.verifiable_reward_coef = arg.vr
   config.rl.pure.temperature = arg.temperature
   config.rl.pure.credit = arg.credit
-  return config_lib.apply_size(config, arg.size, regime=arg.regime)
+  return config_presets.apply_size(config, arg.size, regime=arg.regime)
 
 
 def get_sweep():

@@ -15,13 +15,14 @@ the KL, if any, is the loss term `rl.kl_coef`).
 """
 
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 
 
 def get_config(arg=None):
   arg = config_lib.parse_arg(
       arg, size="tiny", regime="standard", sft="", baseline="none",
       kl=0.01)
-  config = config_lib.apply_size(config_lib.base_config(), arg.size,
+  config = config_presets.apply_size(config_lib.base_config(), arg.size,
                                  regime=arg.regime)
   config.sft.init_from = arg.sft
   config.rl.method = "reinforce_pp"

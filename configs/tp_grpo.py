@@ -14,6 +14,7 @@ its error lose nothing (see rl_rewards/runners/methods/tp_grpo.py).
 """
 
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 
 
 def get_config(arg=None):
@@ -22,11 +23,12 @@ def get_config(arg=None):
       model="generative", target="progress",
       alpha=1.0)
   config = config_lib.base_config()
-  config_lib.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
-                             prm=arg.prm, model=arg.model, target=arg.target)
+  config_presets.use_trained_prm(config, sft=arg.sft, labels=arg.labels,
+                                 prm=arg.prm, model=arg.model,
+                                 target=arg.target)
   config.rl.method = "tp_grpo"
   config.rl.tp_grpo.alpha = arg.alpha
-  return config_lib.apply_size(config, arg.size, regime=arg.regime)
+  return config_presets.apply_size(config, arg.size, regime=arg.regime)
 
 
 def get_sweep():

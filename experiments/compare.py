@@ -42,6 +42,7 @@ from absl import flags
 
 from rl_rewards import cli
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import reports
 
@@ -81,7 +82,7 @@ _METHODS = flags.DEFINE_list(
 _SEEDS = flags.DEFINE_integer("seeds", 3, "Number of seeds (0..seeds-1).")
 _REGIME = flags.DEFINE_string(
     "regime", "standard",
-    f"Regime of the task: {', '.join(config_lib.REGIMES)}.")
+    f"Regime of the task: {', '.join(config_presets.REGIMES)}.")
 _WORKDIR = flags.DEFINE_string(
     "workdir", "", "Root directory (default runs/compare_<regime>).")
 _SFT_ROOT = flags.DEFINE_string(
@@ -318,8 +319,8 @@ def plan_seed(root, seed, methods, *, size, regime, overrides, eval_every,
 def main(argv):
   del argv
   regime = _REGIME.value
-  if regime not in config_lib.REGIMES:
-    raise app.UsageError(f"--regime: one of {', '.join(config_lib.REGIMES)}.")
+  if regime not in config_presets.REGIMES:
+    raise app.UsageError(f"--regime: one of {', '.join(config_presets.REGIMES)}.")
   root = _WORKDIR.value or os.path.join("runs", f"compare_{regime}")
   methods = list(_METHODS.value)
   for label in methods:
@@ -358,7 +359,7 @@ def main(argv):
                                           _SFT_ROOT.value)
   verifiers = reports.verifier_statistics(root, _SEEDS.value,
                                           verifier_dirs(methods))
-  title = f"regime {regime}: {config_lib.REGIMES[regime]}"
+  title = f"regime {regime}: {config_presets.REGIMES[regime]}"
   with open(os.path.join(root, "compare.md"), "w") as f:
     f.write(f"{title}\n\n{reports.regime_table(regime_rows, _BASELINE.value)}"
             f"\n\n{table}\n\nWhere the signal is (means over every RL step "

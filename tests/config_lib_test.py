@@ -5,6 +5,7 @@ import pytest
 from rl_rewards import cli
 from rl_rewards import config_data
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 from rl_rewards.data import readers
 from rl_rewards.runners import methods
 
@@ -146,19 +147,19 @@ def test_logging_section_defaults():
 
 
 def test_regimes_set_the_task_and_keep_samples_per_step():
-  standard = config_lib.apply_size(config_lib.base_config(), "tiny")
+  standard = config_presets.apply_size(config_lib.base_config(), "tiny")
   assert (standard.task.min_ops, standard.task.max_ops) == (2, 6)
-  long = config_lib.apply_size(config_lib.base_config(), "tiny",
+  long = config_presets.apply_size(config_lib.base_config(), "tiny",
                                regime="long_sparse")
   assert (long.task.min_ops, long.task.max_ops) == (4, 9)
   assert long.sft.target_accuracy == 0.20
   assert long.sft.max_steps == 1500
-  n4 = config_lib.apply_size(config_lib.base_config(), "tiny",
+  n4 = config_presets.apply_size(config_lib.base_config(), "tiny",
                              regime="long_sparse_n4")
   assert (n4.rl.group_size, n4.rl.prompts_per_step) == (4, 64)
   assert (n4.rl.group_size * n4.rl.prompts_per_step ==
           long.rl.group_size * long.rl.prompts_per_step)
-  weak = config_lib.apply_size(config_lib.base_config(), "tiny",
+  weak = config_presets.apply_size(config_lib.base_config(), "tiny",
                                regime="long_weak")
   assert (weak.task.min_ops, weak.task.max_ops) == (4, 9)
   assert weak.sft.target_accuracy == 0.10 and weak.sft.gate_every_steps == 10
@@ -168,19 +169,19 @@ def test_regimes_set_the_task_and_keep_samples_per_step():
   for config in (standard, long, n4, weak):
     config_lib.validate(config)
   # The test size keeps its few SFT steps.
-  test = config_lib.apply_size(config_lib.base_config(), "test",
+  test = config_presets.apply_size(config_lib.base_config(), "test",
                                regime="long_sparse")
   assert test.sft.max_steps == 4 and test.task.max_ops == 9
 
 
 def test_unknown_regime_names_the_choices():
   with pytest.raises(config_lib.ConfigError, match="long_sparse_n4"):
-    config_lib.apply_size(config_lib.base_config(), "tiny", regime="hard")
+    config_presets.apply_size(config_lib.base_config(), "tiny", regime="hard")
 
 
 def test_the_longest_regime_problem_fits_its_prompt_and_response():
   from rl_rewards.runners import tasks as tasks_lib  # pylint: disable=g-import-not-at-top
-  config = config_lib.apply_size(config_lib.base_config(), "tiny",
+  config = config_presets.apply_size(config_lib.base_config(), "tiny",
                                  regime="long_sparse")
   task = tasks_lib.make_task(config.task, config.seed)
   problems = task.problems("train", 0, 200)

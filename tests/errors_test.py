@@ -26,6 +26,7 @@ from tokenizers import pre_tokenizers
 
 from rl_rewards import checkpoints
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 from rl_rewards import errors
 from rl_rewards import models
 from rl_rewards.data import jsonl
@@ -44,7 +45,7 @@ def params():
 
 
 def _config(**overrides):
-  config = config_lib.apply_size(config_lib.base_config(), "test")
+  config = config_presets.apply_size(config_lib.base_config(), "test")
   for key, value in overrides.items():
     section, name = key.rsplit(".", 1)
     config[section][name] = value

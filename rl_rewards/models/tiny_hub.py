@@ -26,6 +26,7 @@ import json
 import os
 
 import jax
+from tokenizers import Regex
 from tokenizers import Tokenizer
 from tokenizers import models as tok_models
 from tokenizers import pre_tokenizers
@@ -177,7 +178,8 @@ class TinyCheckpoint:
 
 
 def word_level_tokenizer(special_tokens, extra_text: str = DEFAULT_EXTRA_TEXT,
-                         rows=GSM8K_ROWS) -> Tokenizer:
+                         rows=GSM8K_ROWS, newline_tokens: bool = False
+                         ) -> Tokenizer:
   """A whitespace word-level tokenizer over `rows` and `extra_text`.
 
   Args:
@@ -185,12 +187,23 @@ def word_level_tokenizer(special_tokens, extra_text: str = DEFAULT_EXTRA_TEXT,
       is added after them when missing.
     extra_text: more words (and characters) the vocabulary must hold.
     rows: GSM8K-layout rows whose questions and answers it must cover.
+    newline_tokens: keep runs of newlines as tokens of their own ("\n",
+      "\n\n") and split words at spaces only, so that K steps joined by a
+      newline delimiter are K steps by the token rule, as with released
+      byte-level vocabularies (what PRMs on step-labelled files need).
+      Otherwise every kind of whitespace separates words and vanishes.
   """
   special_tokens = list(special_tokens)
   if "<unk>" not in special_tokens:
     special_tokens.append("<unk>")
   tokenizer = Tokenizer(tok_models.WordLevel(unk_token="<unk>"))
-  tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+  if newline_tokens:
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex("\n+"), "isolated"),
+        pre_tokenizers.Split(Regex(" +"), "removed")])
+    extra_text += " \n x \n\n x \n\n\n"
+  else:
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
   trainer = trainers.WordLevelTrainer(special_tokens=special_tokens)
   corpus = [r["question"] + r["answer"] for r in rows] + [extra_text]
   tokenizer.train_from_iterator(corpus, trainer)
@@ -223,7 +236,8 @@ def write_weights(path: str, model_config: model_config_lib.ModelConfig,
 def write_checkpoint(path: str, family: str = "qwen2", *,
                      padding_rows: int = 5, seed: int = 0,
                      chat_template: str | None = None,
-                     extra_text: str = DEFAULT_EXTRA_TEXT) -> TinyCheckpoint:
+                     extra_text: str = DEFAULT_EXTRA_TEXT,
+                     newline_tokens: bool = False) -> TinyCheckpoint:
   """Writes a tiny random checkpoint of `family` into directory `path`.
 
   Args:
@@ -235,6 +249,7 @@ def write_checkpoint(path: str, family: str = "qwen2", *,
     chat_template: instead of the family's own (e.g. a released
       checkpoint's).
     extra_text: words the tokenizer must know besides `GSM8K_ROWS`'.
+    newline_tokens: newline runs as tokens (`word_level_tokenizer`).
 
   Returns:
     What was written (`TinyCheckpoint`).
@@ -243,7 +258,8 @@ def write_checkpoint(path: str, family: str = "qwen2", *,
     raise ValueError(f"family {family!r}: one of {sorted(FAMILIES)}.")
   spec = FAMILIES[family]
   os.makedirs(path, exist_ok=True)
-  tokenizer = word_level_tokenizer(spec.special_tokens, extra_text)
+  tokenizer = word_level_tokenizer(spec.special_tokens, extra_text,
+                                   newline_tokens=newline_tokens)
   tokenizer.save(os.path.join(path, "tokenizer.json"))
   write_tokenizer_config(
       path, chat_template=chat_template or spec.chat_template,
@@ -268,6 +284,53 @@ def write_gsm8k(path: str, rows=GSM8K_ROWS, test_rows: int = 2) -> dict:
   for split, part in (("train", rows[:-test_rows]),
                       ("test", rows[-test_rows:])):
     with open(files[split], "w", encoding="utf-8") as f:
+      f.writelines(json.dumps(row) + "\n" for row in part)
+  return files
+
+
+def stepwise_rows(count: int = 8) -> list[dict]:
+  """Step-labelled solutions in TRL's stepwise layout (`prompt`,
+  `completions`, `labels`): two right steps, and in odd rows a wrong third
+  one."""
+  rows = []
+  for i in range(count):
+    a, b = i + 1, i + 2
+    steps = [f"{a} + {b} = {a + b}", f"{a + b} + 1 = {a + b + 1}"]
+    labels = [True, True]
+    if i % 2:
+      steps.append(f"so {a + b + 3}")
+      labels.append(False)
+    rows.append({"prompt": f"Tom has {a} apples and buys {b} more. "
+                           "How many now?",
+                 "completions": steps, "labels": labels})
+  return rows
+
+
+def processbench_rows(rows) -> list[dict]:
+  """Stepwise rows in ProcessBench's layout: `label` is the index of the
+  first wrong step, -1 when every step is right."""
+  return [{"id": f"tiny-{i}", "generator": "tiny", "problem": r["prompt"],
+           "steps": r["completions"],
+           "label": next((k for k, y in enumerate(r["labels"]) if not y), -1),
+           "final_answer_correct": all(r["labels"])}
+          for i, r in enumerate(rows)]
+
+
+STEPWISE_TEXT = " ".join(
+    " ".join([r["prompt"], *r["completions"]]) for r in stepwise_rows(16))
+
+
+def write_prm_data(path: str, count: int = 8) -> dict:
+  """Writes `train.jsonl` (stepwise) and `processbench.jsonl` (the same
+  solutions in ProcessBench's layout) into `path`; returns {"prm_train":
+  file, "processbench": file}."""
+  os.makedirs(path, exist_ok=True)
+  rows = stepwise_rows(count)
+  files = {"prm_train": os.path.join(path, "train.jsonl"),
+           "processbench": os.path.join(path, "processbench.jsonl")}
+  for name, part in (("prm_train", rows), ("processbench",
+                                           processbench_rows(rows))):
+    with open(files[name], "w", encoding="utf-8") as f:
       f.writelines(json.dumps(row) + "\n" for row in part)
   return files
 

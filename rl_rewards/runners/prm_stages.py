@@ -17,7 +17,7 @@
   step, so training resumes exactly from its checkpoint. With
   `prm.data="file"` the labels come from step-labelled solutions in
   `prm.train_path` / `prm.valid_path` instead (`rl_rewards/data/stepwise.py`),
-  turned into the same label records (`records_from_examples`): each row
+  turned into the same label records (`prm_files.records_from_examples`): each row
   is tokenized as the sampler lays out a rollout, with the prompt rendered
   by the task's template and the steps joined by its delimiter, so the
   trained PRM reads its step scores where RL and search will. The summary
@@ -51,12 +51,11 @@ from rl_rewards.prm import labels as labels_lib
 from rl_rewards.prm import scoring
 from rl_rewards.prm import training
 from rl_rewards.runners import context as context_lib
+from rl_rewards.runners import prm_files
 from rl_rewards.runners import programs
 from rl_rewards.runners import resume
 from rl_rewards.runners.methods import base as method_base
 from rl_rewards.sharding import mesh as mesh_lib
-from rl_rewards.tasks import segmentation
-from rl_rewards.tasks import tokenizer as tokenizer_lib
 from rl_rewards.train import nonfinite
 
 LABELS_STAGE = "labels"
@@ -132,7 +131,7 @@ def check_config(config, workdir: str):
     return
   if prm.data == "file":
     # Each file exists, has a known format and a first row that parses.
-    fields = file_fields(config)
+    fields = prm_files.file_fields(config)
     for key in ("train_path", "valid_path"):
       if prm[key]:
         try:
@@ -360,117 +359,6 @@ def run_labels(ctx, policy_params) -> tuple[str, dict]:
   return path, summary
 
 
-# ------------------------------------------------------------- file data ---
-
-
-def file_fields(config) -> stepwise.StepwiseFields:
-  """The layout of `prm.train_path` / `prm.valid_path` (`prm.preset`,
-  `prm.fields`)."""
-  try:
-    return stepwise.field_map(config.prm.preset, config.prm.fields)
-  except ValueError as e:
-    raise config_lib.ConfigError(f"config.prm.fields: {e}") from None
-
-
-# One program per shape, not one per operation.
-_num_steps = jax.jit(segmentation.num_steps_from_tokens,
-                     static_argnames=("eos_id",))
-
-
-def records_from_examples(examples, *, tokenizer, delimiter: str,
-                          delimiter_mask, max_prompt_len: int,
-                          max_new_tokens: int, split: str) -> list[dict]:
-  """Parsed stepwise rows -> label records (`label_store`), tokenized.
-
-  The prompt is rendered and encoded exactly as the sampler's prompts are
-  (`tokenizer.encode_prompts`: the task's prompt template, the checkpoint's
-  chat template with `task.prompt_template="chat"`); the response is the
-  steps joined with the delimiter (`segmentation.join_steps`) and then the
-  end-of-turn token, as an SFT target and a finished rollout end. The
-  response must have as many steps by the token rule
-  (`segmentation.num_steps_from_tokens`) as the row has labels.
-
-  Args:
-    examples: (where, `stepwise.parse_row` dict) pairs.
-    tokenizer: the task's tokenizer.
-    delimiter: the step delimiter.
-    delimiter_mask: bool [V] delimiter tokens (`task.delimiter_mask()`).
-    max_prompt_len: P.
-    max_new_tokens: G.
-    split: the records' `split` ("train" or "valid").
-
-  Returns:
-    Records with the file's labels: `q` the soft and `hard` the hard step
-    labels, `rollouts` 0 (no continuations behind them), no V̂ (`v` None),
-    no oracle; `index` is the row's position in its file.
-
-  Raises:
-    errors.InputError naming the file and row of the first row whose prompt
-    or response does not fit P / G, or whose steps the tokenizer merges.
-  """
-  records = []
-  for index, (where, example) in enumerate(examples):
-    text = segmentation.join_steps(example["steps"], delimiter)
-    try:
-      tokens, mask = tokenizer_lib.encode_prompts(
-          tokenizer, [example["prompt"]], max_prompt_len)
-      response = tokenizer.encode(text) + [tokenizer.end_of_turn_id]
-    except errors.InputError as e:
-      raise errors.InputError(
-          f"{where}: {e} Raise config.task.max_prompt_len.") from None
-    except ValueError as e:  # Text the tokenizer cannot encode.
-      raise errors.InputError(f"{where}: {e}") from None
-    if len(response) > max_new_tokens:
-      raise errors.InputError(
-          f"{where}: the solution has {len(response)} tokens (with the end "
-          f"token), more than config.task.max_new_tokens={max_new_tokens}.")
-    k = len(example["steps"])
-    records.append(dict(
-        split=split, index=index, question=example["prompt"],
-        prompt_ids=[int(t) for t in tokens[0][mask[0] == 1]],
-        response_ids=[int(t) for t in response], text=text, finished=True,
-        outcome=float(example["outcome"]), q=list(example["q"]),
-        hard=list(example["hard"]), rollouts=[0] * k, v=None, v_rollouts=0,
-        oracle=None, first_error=None))
-  if records:
-    tokens, _, response_mask = scoring.layout_solutions(
-        [r["prompt_ids"] for r in records],
-        [r["response_ids"] for r in records], prompt_width=max_prompt_len,
-        response_budget=max_new_tokens, pad_id=tokenizer.pad_id)
-    counts = np.asarray(_num_steps(
-        tokens, response_mask, np.asarray(delimiter_mask, bool),
-        eos_id=tokenizer.stop_ids))
-    for (where, _), record, count in zip(examples, records, counts):
-      if count != len(record["hard"]):
-        raise errors.InputError(
-            f"{where}: {len(record['hard'])} steps, but the tokenizer cuts "
-            f"the joined solution into {count} (a token spans the step "
-            f"delimiter {delimiter!r} and its neighbours); use another "
-            "config.task.delimiter.")
-  return records
-
-
-def file_label_records(ctx, key: str) -> list[dict]:
-  """The label records of `prm.<key>` (train_path or valid_path).
-
-  Raises:
-    ConfigError naming the key, the file and the row at fault.
-  """
-  config, task = ctx.config, ctx.task
-  path = config.prm[key]
-  try:
-    examples = stepwise.read_examples(path, file_fields(config),
-                                      task.delimiter)
-    return records_from_examples(
-        examples, tokenizer=task.tokenizer, delimiter=task.delimiter,
-        delimiter_mask=task.delimiter_mask(),
-        max_prompt_len=task.max_prompt_len,
-        max_new_tokens=task.max_new_tokens,
-        split="train" if key == "train_path" else "valid")
-  except errors.InputError as e:
-    raise config_lib.ConfigError(f"config.prm.{key}: {e}") from None
-
-
 # ------------------------------------------------------------------- prm ---
 
 
@@ -681,7 +569,7 @@ def _file_training_data(ctx) -> TrainingData:
   held-out `prm.valid_path`, else a `prm.valid_fraction` of the train rows;
   every row is its own group."""
   cfg = ctx.config.prm
-  records = file_label_records(ctx, "train_path")
+  records = prm_files.file_label_records(ctx, "train_path")
   if cfg.label_problems:
     if cfg.label_problems > len(records):
       raise config_lib.ConfigError(
@@ -689,7 +577,7 @@ def _file_training_data(ctx) -> TrainingData:
           f"{cfg.train_path} holds only {len(records)} rows.")
     records = records[:cfg.label_problems]
   if cfg.valid_path:
-    valid = file_label_records(ctx, "valid_path")
+    valid = prm_files.file_label_records(ctx, "valid_path")
     train_groups = np.arange(len(records))
     valid_groups = np.arange(len(records), len(records) + len(valid))
     records = records + valid

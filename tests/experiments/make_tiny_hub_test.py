@@ -148,3 +148,35 @@ def test_every_family_renders_its_chat_layout(tmp_path):
                          else None))
     assert ours.format_prompt("Tom has 2 apples.") == expected, family
     assert ours.end_of_turn_id == tokenizer.token_to_id(spec.end_of_turn)
+
+
+def test_prm_data_writes_the_loop_files_and_valid_commands(tmp_path):
+  out = str(tmp_path / "hub")
+  info, files = make_tiny_hub.write(out, "qwen2", prm_data=True)
+  # The tokenizer keeps newline runs: K steps joined by a blank line are K
+  # steps by the token rule (the delimiter is one token of its own).
+  tok = tokenizers.Tokenizer.from_file(os.path.join(info.path,
+                                                    "tokenizer.json"))
+  rows = list(readers.iter_json_lines(files["prm_train"]))
+  steps = rows[1][1]["completions"]
+  assert len(steps) == 3 and rows[1][1]["labels"] == [True, True, False]
+  ids = tok.encode("\n\n".join(steps)).ids
+  assert ids.count(tok.token_to_id("\n\n")) == 2
+  assert tok.token_to_id("<unk>") not in ids
+  # ProcessBench rows: the first wrong step's index, -1 when none.
+  bench = [r for _, r in readers.iter_json_lines(files["processbench"])]
+  assert [r["label"] for r in bench[:2]] == [-1, 2]
+  assert bench[1]["steps"] == steps and not bench[1]["final_answer_correct"]
+  commands = make_tiny_hub.prm_loop_commands(out, "qwen2")
+  assert [c[1][0] for c in commands] == [
+      "python -m experiments.train", "python -m experiments.eval_prm",
+      "python -m experiments.eval_prm", "python -m experiments.train"]
+  # Both training commands make valid configs whose files exist.
+  for _, command in (commands[0], commands[3]):
+    config = _config(command[1:])
+    for path in (config.model.hf_path, config.task.train_path,
+                 config.task.eval_path):
+      assert os.path.exists(path), path
+  assert _config(commands[0][1][1:]).prm.train_path == files["prm_train"]
+  assert _config(commands[3][1][1:]).prm.init_from == os.path.join(out,
+                                                                "prm_run")

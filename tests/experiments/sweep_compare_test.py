@@ -12,6 +12,7 @@ import pytest
 from experiments import compare
 from rl_rewards import cli
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import reports
 from rl_rewards.runners import pipeline
@@ -69,8 +70,9 @@ def test_a_sweep_with_failed_points_exits_non_zero_with_their_table(tmp_path):
   path = tmp_path / "grid.py"
   path.write_text(
       "from rl_rewards import config_lib\n"
+      "from rl_rewards import config_presets\n"
       "def get_config(arg=None):\n"
-      "  return config_lib.apply_size(config_lib.base_config(), 'test')\n"
+      "  return config_presets.apply_size(config_lib.base_config(), 'test')\n"
       "def get_sweep():\n  return [{'mesh.data': 3}]\n")
   root = tmp_path / "sweep"
   result = subprocess.run(
@@ -89,8 +91,9 @@ def test_a_sweep_with_a_bad_point_fails_before_any_run(tmp_path):
   path = tmp_path / "grid.py"
   path.write_text(
       "from rl_rewards import config_lib\n"
+      "from rl_rewards import config_presets\n"
       "def get_config(arg=None):\n"
-      "  config = config_lib.apply_size(config_lib.base_config(), 'test')\n"
+      "  config = config_presets.apply_size(config_lib.base_config(), 'test')\n"
       "  config.stages = 'sft,labels,prm'\n"
       "  return config\n"
       "def get_sweep():\n"
@@ -155,6 +158,7 @@ def test_sweep_with_an_unknown_key_fails(tmp_path):
   path = tmp_path / "bad.py"
   path.write_text(
       "from rl_rewards import config_lib\n"
+      "from rl_rewards import config_presets\n"
       "def get_config(arg=None):\n  return config_lib.base_config()\n"
       "def get_sweep():\n  return [{'rl.learning_rat': 1.0}]\n")
   with pytest.raises(config_lib.ConfigError, match="learning_rat"):

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 from rl_rewards import models
 from rl_rewards.prm import labels
 from rl_rewards.runners import context as context_lib
@@ -156,7 +157,7 @@ def _solution(task, problem, text, *, finished=True):
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory):
-  config = config_lib.apply_size(config_lib.base_config(), "test")
+  config = config_presets.apply_size(config_lib.base_config(), "test")
   return pipeline.build_context(config, str(tmp_path_factory.mktemp("ctx")))
 
 

@@ -19,6 +19,7 @@ from tokenizers import pre_tokenizers
 from tokenizers import trainers
 
 from rl_rewards import models
+from rl_rewards.models import tiny_hub
 from tests.runners import gsm8k_files
 from tests.tasks import chat_templates
 
@@ -27,18 +28,7 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<unk>", "<|im_start|>", "<|im_end|>"]
 
 def trl_rows(count: int = 8) -> list[dict]:
   """TRL stepwise rows: two or three steps, the last one wrong in odd rows."""
-  rows = []
-  for i in range(count):
-    a, b = i + 1, i + 2
-    steps = [f"{a} + {b} = {a + b}", f"{a + b} + 1 = {a + b + 1}"]
-    labels = [True, True]
-    if i % 2:
-      steps.append(f"so {a + b + 3}")
-      labels.append(False)
-    rows.append({"prompt": f"Tom has {a} apples and buys {b} more. "
-                           "How many now?",
-                 "completions": steps, "labels": labels})
-  return rows
+  return tiny_hub.stepwise_rows(count)
 
 
 def math_shepherd_row(row: dict) -> dict:

@@ -12,7 +12,7 @@ from rl_rewards import errors
 from rl_rewards.data import stepwise
 from rl_rewards.prm import label_store
 from rl_rewards.runners import pipeline
-from rl_rewards.runners import prm_stages
+from rl_rewards.runners import prm_files
 from rl_rewards.tasks import tokenizer as tokenizer_lib
 from tests.runners import gsm8k_files
 
@@ -225,7 +225,7 @@ def _records(tok, examples, **kwargs):
               delimiter_mask=tok.delimiter_mask("\n"), max_prompt_len=24,
               max_new_tokens=24, split="train")
   args.update(kwargs)
-  return prm_stages.records_from_examples(examples, **args)
+  return prm_files.records_from_examples(examples, **args)
 
 
 def test_label_records_hold_the_tokens_and_labels(tokenizer):

@@ -21,6 +21,7 @@ from rl_rewards.prm import evaluation as prm_eval_lib
 from rl_rewards.prm import scoring
 from rl_rewards.prm import training
 from rl_rewards.runners import pipeline
+from rl_rewards.runners import prm_files
 from rl_rewards.runners import prm_stages
 from tests.prm import stepwise_files
 
@@ -110,7 +111,7 @@ def test_search_loads_the_file_prm_and_the_checkpoint_policy(files, runs):
     _, hub = models.load_hf(files["checkpoint"])
     for a, b in zip(jax.tree.leaves(policy), jax.tree.leaves(hub)):
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    records = prm_stages.file_label_records(ctx, "valid_path")
+    records = prm_files.file_label_records(ctx, "valid_path")
     arrays = training.label_arrays(
         records, prompt_width=ctx.task.max_prompt_len,
         response_budget=ctx.task.max_new_tokens,

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from rl_rewards import config_lib
+from rl_rewards import config_presets
 from rl_rewards import models
 from rl_rewards.runners import programs
 from rl_rewards.train import nonfinite
@@ -15,7 +16,7 @@ B, T, S, V = 4, 16, 4, 24
 
 
 def _config(spec):
-  config = config_lib.apply_size(config_lib.base_config(), "test")
+  config = config_presets.apply_size(config_lib.base_config(), "test")
   config.task.max_steps = S
   config.debug.nonfinite_steps = spec
   return config_lib.validate(config)
@@ -141,7 +142,7 @@ def test_guard_stops_after_k_consecutive_skips_naming_stage_and_step():
 @pytest.mark.parametrize("spec", ["sft", "sft:0", "sft:3-1", "rl:2",
                                   "sft:2:loss_zero", "sft:x", "sft:1:2:3"])
 def test_bad_injection_specs_name_the_key(spec):
-  config = config_lib.apply_size(config_lib.base_config(), "test")
+  config = config_presets.apply_size(config_lib.base_config(), "test")
   config.debug.nonfinite_steps = spec
   with pytest.raises(config_lib.ConfigError,
                      match="config.debug.nonfinite_steps"):
