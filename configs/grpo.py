@@ -18,7 +18,7 @@ def get_config(arg=None):
   arg = config_lib.parse_arg(
       arg, size="tiny", regime="standard", sft="")
   config = config_presets.apply_size(config_lib.base_config(), arg.size,
-                                 regime=arg.regime)
+                                     regime=arg.regime)
   config.sft.init_from = arg.sft
   config.rl.method = "outcome"
   config.rl.advantage_estimator = "grpo"

@@ -22,7 +22,7 @@ def get_config(arg=None):
       arg, size="tiny", regime="standard", sft="", rloo="code",
       batch_norm=False)
   config = config_presets.apply_size(config_lib.base_config(), arg.size,
-                                 regime=arg.regime)
+                                     regime=arg.regime)
   config.sft.init_from = arg.sft
   config.rl.method = "prime"
   config.rl.prime.beta = 0.05

@@ -23,7 +23,7 @@ def get_config(arg=None):
       arg, size="tiny", regime="standard", sft="", baseline="none",
       kl=0.01)
   config = config_presets.apply_size(config_lib.base_config(), arg.size,
-                                 regime=arg.regime)
+                                     regime=arg.regime)
   config.sft.init_from = arg.sft
   config.rl.method = "reinforce_pp"
   own = config.rl.reinforce_pp

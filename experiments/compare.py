@@ -66,6 +66,20 @@ METHODS = {
     "prime": ("prime", "", (), None),
     "tp_grpo": ("tp_grpo", "", (), "step"),
     "clip_delta": ("clip_delta", "", (), "step"),
+    "prof": ("prof", "", (), "step"),
+    "posterior_grpo": ("posterior_grpo", "", (), "step"),
+    "trust_grpo": ("trust_grpo", "", (), "step"),
+    "ppo_prm": ("ppo", "reward=prm", (), "step"),
+    "oracle_prof": ("prof", "source=oracle", (), None),
+    "oracle_posterior_grpo": ("posterior_grpo", "source=oracle", (), None),
+    "oracle_trust_grpo": ("trust_grpo", "source=oracle", (), None),
+    "oracle_ppo_prm": ("ppo", "reward=prm,source=oracle", (), None),
+    "fapo": ("fapo", "", (), "step"),
+    "capo": ("capo", "", (), "step"),
+    "mrt": ("mrt", "", (), "pav_head"),
+    "oracle_fapo": ("fapo", "source=oracle", (), None),
+    "oracle_capo": ("capo", "source=oracle", (), None),
+    "oracle_mrt": ("mrt", "source=oracle", (), None),
 }
 # Verifiers shared by the methods of a seed, all trained on its one label
 # set: name -> (config that trains it, its argument, directory).

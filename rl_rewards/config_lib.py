@@ -77,7 +77,8 @@ def base_config():
   c.stages = "sft,rl"
 
   c.task = ml_collections.ConfigDict(dict(
-      name="arith",            # arith | gsm8k | math | reasoning_gym
+      # arith | hidden_operands (multi-turn) | gsm8k | math | reasoning_gym
+      name="arith",
       min_ops=2,               # Number of +/- operations per problem.
       max_ops=6,
       fixed_width=True,        # "023+07=030" instead of "23+7=30".
@@ -113,6 +114,12 @@ def base_config():
       system_prompt="",
       chat_template_kwargs="",
       verifier_timeout_s=5.0,  # Time limit per verifier call.
+      # Multi-turn tasks (hidden_operands): max_new_tokens is the episode's
+      # budget (turns and observations); max_steps should be >= max_turns.
+      max_turns=16,            # Policy turns per episode.
+      max_turn_tokens=16,      # Tokens per policy turn.
+      max_observation_tokens=8,  # Observations are cut to this many tokens.
+      num_distractors=0,       # Stored variables the question does not use.
   ))
 
   c.model = ml_collections.ConfigDict(dict(
@@ -603,8 +610,17 @@ def validate(config):
     _require(stage in _KNOWN_STAGES, "stages",
              f"unknown stage {stage!r}; known: {', '.join(_KNOWN_STAGES)}.")
   task = config.task
-  _require(task.name in ("arith", "gsm8k", "math", "reasoning_gym"),
+  _require(task.name in ("arith", "hidden_operands", "gsm8k", "math",
+                         "reasoning_gym"),
            "task.name", f"unknown task {task.name!r}.")
+  _require(task.name != "hidden_operands" or
+           set(stage_names(config)) <= {"sft", "rl", "sft_continue"},
+           "stages", "the multi-turn task runs sft and rl only (its turn "
+           "labels are the task's own: rl.prm_source='oracle').")
+  for key in ("max_turns", "max_turn_tokens"):
+    _require(task[key] >= 1, f"task.{key}", f"must be >= 1, got {task[key]}.")
+  for key in ("max_observation_tokens", "num_distractors"):
+    _require(task[key] >= 0, f"task.{key}", f"must be >= 0, got {task[key]}.")
   _require(1 <= task.min_ops <= task.max_ops, "task.min_ops",
            "need 1 <= min_ops <= max_ops.")
   _require(task.name != "reasoning_gym" or task.dataset, "task.dataset",
@@ -616,7 +632,8 @@ def validate(config):
   for key in ("system_prompt", "chat_template_kwargs"):
     _require(task.prompt_template == "chat" or not task[key], f"task.{key}",
              'needs prompt_template="chat".')
-  _require(task.prompt_template != "chat" or task.name != "arith",
+  _require(task.prompt_template != "chat" or
+           task.name not in ("arith", "hidden_operands"),
            "task.prompt_template",
            '"chat" needs a checkpoint tokenizer (not the arith task).')
   try:

@@ -19,6 +19,12 @@ here.
   clip_delta    Clip/Delta refined PRM returns         (rl.clip_delta.*)
   prime         online implicit PRM                    (rl.prime.*)
   tp_grpo       thought-level rewards, adaptive weight (rl.tp_grpo.*)
+  prof          PRM-consistency filter, GRPO on kept   (rl.prof.*)
+  posterior_grpo  outcome + thinking reward if correct (rl.posterior_grpo.*)
+  trust_grpo    outcome + trust-weighted thinking      (rl.trust_grpo.*)
+  fapo          flawed-positive penalty, then GRPO     (rl.fapo.*)
+  capo          token penalty on critic-marked steps   (rl.capo.*)
+  mrt           outcome + α·progress per episode       (rl.mrt.*)
 
 Each method's module is `runners/methods/<name>.py`.
 
@@ -40,6 +46,7 @@ PURE_BASELINES = ("token", "step")
 CLIP_DELTA_MODES = ("clip", "delta", "clip_delta")
 PRIME_RLOO_FORMS = ("code", "paper")
 REINFORCE_BASELINES = ("none", "group")
+PPO_REWARDS = ("outcome", "prm")
 
 
 def _no_checks(section):
@@ -94,7 +101,17 @@ _PPO = dict(
     value_learning_rate=1e-4,  # The value model's own optimizer.
     value_clip=0.5,            # Clip range of the value regression.
     gae_lambda=1.0,
+    # Token rewards: outcome (the outcome on the last token) | prm (each
+    # step's score on its last token + the outcome on the last token,
+    # Math-Shepherd's step-by-step PPO; reads the step scores).
+    reward="outcome",
+    step_reward_coef=1.0,      # c_s: r_k = c_s * p_k at step k's end.
 )
+
+
+def _validate_ppo(c):
+  _require(c.reward in PPO_REWARDS, "ppo.reward",
+           f"must be one of {PPO_REWARDS}, got {c.reward!r}.")
 
 
 # ------------------------------------------------------------------ pav ---
@@ -172,6 +189,108 @@ def _validate_tp_grpo(c):
   _require(c.alpha >= 0, "tp_grpo.alpha", f"must be >= 0, got {c.alpha}.")
 
 
+# ----------------------------------------------------------------- prof ---
+
+# PROF (Ye et al.): per group, drop the num_remove responses whose step
+# scores agree least with their outcome (consistency score minus a length
+# penalty for fewer than min_steps or more than max_steps scored steps),
+# balancing correct and incorrect; GRPO over the kept rows.
+_PROF = dict(num_remove=4, min_steps=2, max_steps=30, length_penalty=10.0)
+
+
+def _validate_prof(c):
+  _require(c.num_remove >= 0, "prof.num_remove",
+           f"must be >= 0, got {c.num_remove}.")
+  _require(0 <= c.min_steps <= c.max_steps, "prof.min_steps",
+           f"must be in [0, prof.max_steps={c.max_steps}], got "
+           f"{c.min_steps}.")
+  _require(c.length_penalty >= 0, "prof.length_penalty",
+           f"must be >= 0, got {c.length_penalty}.")
+
+
+# ------------------------------------------------------- posterior_grpo ---
+
+# Posterior-GRPO (Fan et al.): R = outcome + 1[outcome > correct_threshold]
+# * thinking_coef * (mean step score); GRPO on R.
+_POSTERIOR_GRPO = dict(thinking_coef=1.0, correct_threshold=0.5)
+
+
+def _validate_posterior_grpo(c):
+  _require(c.thinking_coef >= 0, "posterior_grpo.thinking_coef",
+           f"must be >= 0, got {c.thinking_coef}.")
+
+
+# ----------------------------------------------------------- trust_grpo ---
+
+# Trust-GRPO (SophiaVL-R1): r = r_ans + w * r_think, w = base_weight *
+# exp(-step / anneal_steps) * trust of the group (the reference code's
+# thresholds).
+_TRUST_GRPO = dict(base_weight=0.3, anneal_steps=500.0, correct_threshold=0.5,
+                   judge_threshold=0.2, solved_threshold=0.9,
+                   failed_threshold=0.1)
+
+
+def _validate_trust_grpo(c):
+  _require(c.base_weight >= 0, "trust_grpo.base_weight",
+           f"must be >= 0, got {c.base_weight}.")
+  _require(c.anneal_steps > 0, "trust_grpo.anneal_steps",
+           f"must be > 0, got {c.anneal_steps}.")
+
+
+# ----------------------------------------------------------------- fapo ---
+
+# FAPO (Ding et al.): a correct response the critic flags (some step scored
+# below threshold) loses penalty from its +1 / -1 reward; then GRPO.
+_FAPO = dict(penalty=1.0, threshold=0.5)
+
+
+def _validate_fapo(c):
+  _require(c.penalty >= 0, "fapo.penalty", f"must be >= 0, got {c.penalty}.")
+  _require(0 < c.threshold <= 1, "fapo.threshold",
+           f"must be in (0, 1], got {c.threshold}.")
+
+
+# ----------------------------------------------------------------- capo ---
+
+# CAPO (Xie et al.): token reward w_whole * outcome - w_process on the
+# tokens of steps scored below threshold (one critique per response).
+_CAPO = dict(w_whole=2.0, w_process=1.0, threshold=0.5)
+
+
+def _validate_capo(c):
+  _require(0 <= c.w_process < c.w_whole, "capo.w_process",
+           f"must be in [0, w_whole={c.w_whole}) (a correct response with "
+           f"a wrong step stays above an incorrect one), got {c.w_process}.")
+  _require(0 < c.threshold <= 1, "capo.threshold",
+           f"must be in (0, 1], got {c.threshold}.")
+
+
+# ------------------------------------------------------------------ mrt ---
+
+# MRT (Qu et al.): outcome advantage + alpha * progress of the success after
+# each step; reference previous (J_j - J_{j-1}) | prompt (J_j - J(question)).
+_MRT = dict(alpha=0.5, reference="previous")
+MRT_REFERENCES = ("previous", "prompt")
+
+
+def _validate_mrt(c):
+  _require(c.reference in MRT_REFERENCES, "mrt.reference",
+           f"must be one of {MRT_REFERENCES}, got {c.reference!r}.")
+  _require(c.alpha >= 0, "mrt.alpha", f"must be >= 0, got {c.alpha}.")
+
+
+# ------------------------------------------------------------------ gra ---
+
+# G-RA (Sun et al.): turn rewards turn_reward * step score accumulated into
+# the return only when the outcome reward is >= threshold.
+_GRA = dict(threshold=1.0, turn_reward=0.1)
+
+
+def _validate_gra(c):
+  _require(c.turn_reward >= 0, "gra.turn_reward",
+           f"must be >= 0, got {c.turn_reward}.")
+
+
 # ---------------------------------------------------------------- table ---
 
 METHODS = {
@@ -181,7 +300,7 @@ METHODS = {
         {"reinforce_baseline": "baseline",
          "reward_kl_coef": "reward_kl_coef"}),
     "ppo": MethodSpec(
-        "ppo.PPO", _PPO, _no_checks,
+        "ppo.PPO", _PPO, _validate_ppo,
         {k: k for k in ("value_learning_rate", "value_clip", "gae_lambda")}),
     "pav": MethodSpec("pav.PAV", _PAV, _validate_pav,
                       {"pav_alpha": "alpha", "prover_k": "prover_k"}),
@@ -200,6 +319,15 @@ METHODS = {
         {f"prime_{k}": k for k in _PRIME}),
     "tp_grpo": MethodSpec("tp_grpo.TPGRPO", _TP_GRPO, _validate_tp_grpo,
                           {"tp_alpha": "alpha"}),
+    "prof": MethodSpec("prof.PROF", _PROF, _validate_prof),
+    "posterior_grpo": MethodSpec("posterior_grpo.PosteriorGRPO",
+                                 _POSTERIOR_GRPO, _validate_posterior_grpo),
+    "trust_grpo": MethodSpec("trust_grpo.TrustGRPO", _TRUST_GRPO,
+                             _validate_trust_grpo),
+    "fapo": MethodSpec("fapo.FAPO", _FAPO, _validate_fapo),
+    "capo": MethodSpec("capo.CAPO", _CAPO, _validate_capo),
+    "mrt": MethodSpec("mrt.MRT", _MRT, _validate_mrt),
+    "gra": MethodSpec("gra.GRA", _GRA, _validate_gra),
 }
 
 

@@ -155,3 +155,51 @@ def use_trained_prm(config, *, sft: str = "", labels: str = "",
   config.rl.prm_source = "model"
   config.stages = "sft,rl" if prm else "sft,labels,prm,rl"
   return config
+
+
+def use_step_scores(config, source: str, *, sft: str = "", labels: str = "",
+                    prm: str = "", model: str = "head",
+                    target: str = "soft"):
+  """Sets where an RL run's step scores come from: `source="model"`, a
+  trained verifier (`use_trained_prm` with the other arguments), or
+  `"oracle"`, the task's step checker (no labels or prm stage; `sft` still
+  reuses a finished SFT policy).
+
+  Raises:
+    ConfigError: another `source`.
+  """
+  if source == "oracle":
+    config.sft.init_from = sft
+    config.rl.prm_source = "oracle"
+    return config
+  if source != "model":
+    raise errors.ConfigError(
+        f"source: {source!r}; use model (a trained verifier) or oracle (the "
+        "task's step checker).")
+  return use_trained_prm(config, sft=sft, labels=labels, prm=prm,
+                         model=model, target=target)
+
+
+def use_multiturn_task(config, distractors: int = 0):
+  """Switches `config.task` to the multi-turn hidden-operands task, its
+  episode budget sized for the longest chain (`task.max_ops`): turn labels
+  come from the task's checker (`rl.prm_source="oracle"`), as the labels
+  and prm stages do not run on episodes.
+
+  Returns:
+    The config, with the task's multi-turn keys and `rl.prm_source`.
+  """
+  task = config.task
+  task.name = "hidden_operands"
+  task.num_distractors = distractors
+  # Turns of an optimal episode: 2k + 2; two more for wasted turns.
+  task.max_turns = 2 * task.max_ops + 4
+  task.max_steps = task.max_turns  # One step slot per turn.
+  # "get xi\n" + "xi=VV\n" + "VVV+VV=VVV\n" per operation, plus the first
+  # fetch and the answer: 24 tokens per operation and 24 more.
+  task.max_new_tokens = 24 * task.max_ops + 24
+  task.max_turn_tokens = 16
+  task.max_observation_tokens = 8
+  task.max_prompt_len = max(task.max_prompt_len, 3 * task.max_ops + 8)
+  config.rl.prm_source = "oracle"
+  return config

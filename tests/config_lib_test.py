@@ -150,17 +150,17 @@ def test_regimes_set_the_task_and_keep_samples_per_step():
   standard = config_presets.apply_size(config_lib.base_config(), "tiny")
   assert (standard.task.min_ops, standard.task.max_ops) == (2, 6)
   long = config_presets.apply_size(config_lib.base_config(), "tiny",
-                               regime="long_sparse")
+                                   regime="long_sparse")
   assert (long.task.min_ops, long.task.max_ops) == (4, 9)
   assert long.sft.target_accuracy == 0.20
   assert long.sft.max_steps == 1500
   n4 = config_presets.apply_size(config_lib.base_config(), "tiny",
-                             regime="long_sparse_n4")
+                                 regime="long_sparse_n4")
   assert (n4.rl.group_size, n4.rl.prompts_per_step) == (4, 64)
   assert (n4.rl.group_size * n4.rl.prompts_per_step ==
           long.rl.group_size * long.rl.prompts_per_step)
   weak = config_presets.apply_size(config_lib.base_config(), "tiny",
-                               regime="long_weak")
+                                   regime="long_weak")
   assert (weak.task.min_ops, weak.task.max_ops) == (4, 9)
   assert weak.sft.target_accuracy == 0.10 and weak.sft.gate_every_steps == 10
   assert long.sft.gate_every_steps == 50
@@ -170,7 +170,7 @@ def test_regimes_set_the_task_and_keep_samples_per_step():
     config_lib.validate(config)
   # The test size keeps its few SFT steps.
   test = config_presets.apply_size(config_lib.base_config(), "test",
-                               regime="long_sparse")
+                                   regime="long_sparse")
   assert test.sft.max_steps == 4 and test.task.max_ops == 9
 
 
@@ -182,7 +182,7 @@ def test_unknown_regime_names_the_choices():
 def test_the_longest_regime_problem_fits_its_prompt_and_response():
   from rl_rewards.runners import tasks as tasks_lib  # pylint: disable=g-import-not-at-top
   config = config_presets.apply_size(config_lib.base_config(), "tiny",
-                                 regime="long_sparse")
+                                     regime="long_sparse")
   task = tasks_lib.make_task(config.task, config.seed)
   problems = task.problems("train", 0, 200)
   longest = max(problems, key=lambda p: p.num_ops)

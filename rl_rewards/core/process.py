@@ -6,7 +6,11 @@
   outcome advantage + α·A^μ_k, the step's *own* progress — not a sum over
   future steps (that telescopes to Rex − V^μ(s_k) and loses the signal).
   The same `progress` primitive serves MRT (Q = success of a forced answer)
-  and IGPO (Q = log p(ground truth | prefix)).
+  and IGPO (information-gain rewards, 2510.14967: Q_t = the policy's
+  probability of the ground-truth answer after turn t, exp of the mean
+  token log-probability of the answer's tokens as the paper's code computes
+  it — a probability, not a log-probability — so a turn's reward is the
+  gain Q_t − Q_{t−1}).
 * Clip and Delta (Gao et al., 2410.15115): bound the return of PRM rewards.
 * Thought merging (TP-GRPO): consecutive steps with the same label become one
   "thought".

@@ -45,6 +45,11 @@ def generate(ctx, params, problems, *, batch_size, rng, temperature,
     process's generated tokens).
   """
   task = ctx.task
+  if getattr(task, "multi_turn", False):
+    return _generate_episodes(ctx, params, problems, batch_size=batch_size,
+                              rng=rng, temperature=temperature,
+                              num_samples=num_samples, top_p=top_p,
+                              progress_desc=progress_desc)
   n = num_samples
   texts, finished, lengths, index = [], [], [], []
   prompt_rows = mesh_lib.process_rows(batch_size, ctx.mesh)
@@ -71,6 +76,33 @@ def generate(ctx, params, problems, *, batch_size, rng, temperature,
     finished.extend(~host["truncated"][keep])
     lengths.extend(host["lengths"][keep])
     index.extend(first + prompt_of[keep])
+  lengths = np.asarray(lengths, np.int32)
+  index = np.asarray(index, np.int64)
+  return {"texts": texts, "problems": [problems[j] for j in index],
+          "problem_index": index, "finished": np.asarray(finished, bool),
+          "lengths": lengths, "num_tokens": int(lengths.sum())}
+
+
+def _generate_episodes(ctx, params, problems, *, batch_size, rng,
+                       temperature, num_samples, top_p, progress_desc):
+  """`generate` for a multi-turn task: `texts` are each episode's list of
+  turn texts (what the task's `score` reads), `lengths` its tokens after
+  the prompt (turns and observations); one process samples every row."""
+  task = ctx.task
+  n = num_samples
+  texts, finished, lengths, index = [], [], [], []
+  for i, (first, chunk, real) in enumerate(progress.track(
+      _padded_batches(problems, batch_size), progress_desc,
+      total=-(-len(problems) // batch_size), unit="batches")):
+    out = task.sample_episodes(ctx.model_config, params, chunk, _fold(rng, i),
+                               temperature=temperature, top_p=top_p,
+                               num_samples=n)
+    prompt_of = np.arange(len(chunk) * n) // n
+    for row in np.nonzero(prompt_of < real)[0]:
+      texts.append(out.actions[row])
+      finished.append(not out.truncated[row])
+      lengths.append(out.lengths[row])
+      index.append(first + prompt_of[row])
   lengths = np.asarray(lengths, np.int32)
   index = np.asarray(index, np.int64)
   return {"texts": texts, "problems": [problems[j] for j in index],

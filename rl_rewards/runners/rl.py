@@ -5,7 +5,10 @@ One RL step:
      each (the n samples of a prompt are contiguous rows); decode, score
      with the task's verifier (outcome reward) and its step checker
      (ground-truth step labels: the oracle, and the diagnostics); the
-     accuracy filter's row weights multiply the response mask from here on;
+     accuracy filter's row weights multiply the response mask from here on.
+     A multi-turn task (`task.multi_turn`) rolls out episodes instead
+     (`rollout_episodes`: observations masked out of every loss, turns as
+     steps); the phases after the rollout are the same;
   2. signals: π_old (`rl.old_logprobs`), the reference log-probs, the
      verifier's (or the oracle's) step scores (`runners/step_scores.py`),
      then the method's own signal (`methods.make(config)`, e.g. PRIME's
@@ -123,6 +126,67 @@ def rollout(ctx, params, step: int):
   return out, scored, info
 
 
+def rollout_episodes(ctx, params, step: int):
+  """`rollout` for a multi-turn task (`task.multi_turn`): episodes.
+
+  The task samples the episodes (`rollout.episodes.sample_episodes`: the KV
+  cache kept across turns, the environment's observations appended as
+  tokens) and the batch gets the keys of a single-turn rollout: the
+  episode's tokens as sampled, `response_mask` 1 on the policy's tokens
+  only (observations are context: no loss, KL or entropy on them), and the
+  turn ids as `step_ids`, so every method assigns credit per turn. The
+  outcome reward is the final answer's, the step labels are the per-turn
+  oracle labels (`task.score` of the turns' texts).
+
+  Returns:
+    what `rollout` returns; the info's `verifier` dict also holds the
+    episodes' statistics (`rollout/*`), which the loop logs.
+  """
+  cfg = ctx.config.rl
+  task = ctx.task
+  prompt_rows, rows = rollout_rows(ctx)
+  problems = rollout_problems(ctx, step, prompt_rows)
+  episodes = task.sample_episodes(
+      ctx.model_config, params, problems, ctx.rng("rollout", step),
+      temperature=cfg.temperature, top_p=cfg.top_p,
+      num_samples=cfg.group_size)
+  total = cfg.prompts_per_step * cfg.group_size
+  put = lambda x: mesh_lib.put_local_batch(x, ctx.mesh, total)
+  out = sampler.SampleOutput(
+      tokens=put(episodes.tokens),
+      attention_mask=put(episodes.attention_mask),
+      response_mask=put(episodes.response_mask),
+      logprobs=put(episodes.logprobs), step_ids=put(episodes.turn_ids),
+      lengths=put(episodes.lengths), truncated=put(episodes.truncated),
+      stopped=put(episodes.done))
+  t1 = time.time()
+  repeated = [p for p in problems for _ in range(cfg.group_size)]
+  scored = task.score(repeated, episodes.actions, ~episodes.truncated)
+  reward_s = time.time() - t1
+  policy_tokens = episodes.response_mask.sum(axis=1)
+  observation_tokens = episodes.observation_mask.sum(axis=1)
+  sums = mesh_lib.process_sums({
+      "tokens": episodes.lengths.sum(), "rows": len(repeated),
+      "turns": episodes.num_turns.sum(), "policy": policy_tokens.sum(),
+      "observation": observation_tokens.sum(), "done": episodes.done.sum(),
+      "truncated": episodes.truncated.sum(),
+      "env_errors": (episodes.env_stats.errors + episodes.env_stats.timeouts +
+                     episodes.env_stats.crashes),
+      "observations_cut": episodes.observations_cut})
+  n = max(sums["rows"], 1)
+  stats = {"rollout/turns_mean": sums["turns"] / n,
+           "rollout/policy_tokens_mean": sums["policy"] / n,
+           "rollout/observation_tokens_mean": sums["observation"] / n,
+           "rollout/episodes_done": sums["done"] / n,
+           "rollout/episodes_truncated": sums["truncated"] / n,
+           "rollout/env_errors": sums["env_errors"],
+           "rollout/observations_cut": sums["observations_cut"]}
+  info = {"lengths": episodes.lengths, "rows": rows,
+          "num_tokens": int(sums["tokens"]), "reward_s": reward_s,
+          "verifier": stats}
+  return out, scored, info
+
+
 def accuracy_filter(rewards, group_size: int, low: float, high: float):
   """[B] 0/1 row weights keeping groups whose mean reward is in [low, high]."""
   means = rewards.reshape(-1, group_size).mean(axis=1)
@@ -218,10 +282,13 @@ def run(ctx, params, ref_params=None, verifier=None):
   ckpt = ctx.checkpointer(STAGE)
   meta = {"seconds": 0.0, "initial_eval": None, "last_eval": None,
           "skip_runs": {}}
+  # RL steps done: checkpoints are saved at RL steps (the policy's own
+  # counter counts its updates, epochs × minibatches of them a step).
+  step = 0
   if ckpt.latest_step() is not None:
+    step = int(ckpt.latest_step())
     state, meta = ckpt.restore(context_lib.abstract_like(state, shardings))
     done = ckpt.done_info()
-    step = int(state["policy"].step)
     if done is not None and done["step"] == step and step >= cfg.steps:
       print(f"[rl] reusing the finished stage (step {step})")
       ckpt.close()
@@ -256,9 +323,11 @@ def run(ctx, params, ref_params=None, verifier=None):
   advantage_fn = jax.jit(method.advantages)
   diagnostics_fn = jax.jit(rl_metrics.advantage_diagnostics)
   clamp = jax.jit(lambda ids: method_base.clamp_step_ids(ids, num_steps))
+  # Multi-turn tasks roll out episodes; the phases after it are the same.
+  sample_rollout = (rollout_episodes if getattr(ctx.task, "multi_turn", False)
+                    else rollout)
   step_ends = jax.jit(core.step_end_mask_from_ids)
 
-  step = int(state["policy"].step)
   if meta["initial_eval"] is None:
     meta["initial_eval"] = evaluation.evaluate(
         ctx, state["policy"].params, rng=ctx.rng("eval", 0), with_pass_n=False)
@@ -284,8 +353,8 @@ def run(ctx, params, ref_params=None, verifier=None):
                                   seconds >= cfg.max_seconds):
     # Rollout.
     t0 = time.time()
-    out, scored, info = rollout(ctx, sampler_weights(state["policy"].params),
-                                step)
+    out, scored, info = sample_rollout(
+        ctx, sampler_weights(state["policy"].params), step)
     t1 = time.time()
     record = {}
     weights = np.ones((len(scored.rewards),), np.float32)

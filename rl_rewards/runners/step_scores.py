@@ -3,8 +3,9 @@
 Methods that read step scores (`Method.reads_step_scores`) find in the
 batch `step_scores` [B, S], `q_values` [B, S] and `v_init` [B], from the
 verifier the run trained (`rl.prm_source="model"`) or from the task's step
-checker (`"oracle"`: ground-truth step labels, only the arith task has
-them). The step checker's labels also feed the diagnostics that compare a
+checker (`"oracle"`: ground-truth step labels, which the arith task has,
+and per turn the hidden-operands task: a multi-turn episode's turns are its
+steps). The step checker's labels also feed the diagnostics that compare a
 verifier, or a method's process signal, with the truth
 (`rl.log_oracle_agreement`, `runners/rl_metrics.py`).
 """

@@ -10,6 +10,7 @@ import dataclasses
 import os
 
 from absl import logging
+import jax
 import numpy as np
 
 from rl_rewards import config_data
@@ -18,7 +19,10 @@ from rl_rewards import errors
 from rl_rewards.data import builders
 from rl_rewards.data import pipeline as data_pipeline
 from rl_rewards.data import readers
+from rl_rewards.envs import batched as batched_env
+from rl_rewards.rollout import episodes
 from rl_rewards.tasks import arith
+from rl_rewards.tasks import hidden_operands
 from rl_rewards.tasks import reasoning_gym_tasks
 from rl_rewards.tasks import segmentation
 from rl_rewards.tasks import tokenizer as tokenizer_lib
@@ -132,6 +136,156 @@ class ArithTask(_PromptEncoding):
                   first_error=first_error, empty_steps=empty,
                   step_labels=labels)
 
+
+class HiddenOperandsTask(ArithTask):
+  """The embedded multi-turn task (`tasks.hidden_operands`): the chains of
+  the arithmetic task behind a lookup tool, one line per turn.
+
+  A response is an episode (`rollout.episodes.sample_episodes`): the policy's
+  turns with the tool's observations between them, `max_new_tokens` slots
+  for both. Its outcome reward is the final answer's (the environment's
+  reward on the answer turn) and its step labels are the per-turn oracle
+  labels (`hidden_operands.label_turns`), so a turn plays the part of a
+  step. `score` takes each episode's list of turn texts where the
+  single-turn tasks take a response text. An SFT demonstration is an
+  optimal episode (`hidden_operands.reference_actions`) with its tool
+  observations, which are masked out of the loss.
+  """
+
+  multi_turn = True
+
+  def __init__(self, task_config, seed: int):
+    super().__init__(task_config, seed)
+    self.hidden = hidden_operands.HiddenOperandsConfig(
+        chains=self.config, num_distractors=task_config.num_distractors)
+    self.tokenizer = hidden_operands.make_tokenizer()
+    self.max_turns = task_config.max_turns
+    self.max_turn_tokens = task_config.max_turn_tokens
+    self.max_observation_tokens = task_config.max_observation_tokens
+    self.end_of_turn_ids = tuple(
+        self.tokenizer.encode(hidden_operands.END_OF_TURN))
+
+  def problems(self, split: str, start: int, count: int):
+    return hidden_operands.make_problems(self.hidden, split,
+                                         range(start, start + count))
+
+  def problems_per_k(self, split: str, size_per_k: int):
+    """`size_per_k` problems for each number of operations, k-major."""
+    out = []
+    for k in self.ops_range:
+      chains = dataclasses.replace(self.config, min_ops=k, max_ops=k)
+      out.extend(hidden_operands.make_problems(
+          dataclasses.replace(self.hidden, chains=chains), split,
+          range(size_per_k)))
+    return out
+
+  def num_ops(self, problems) -> np.ndarray:
+    return np.array([p.chain.num_ops for p in problems], np.int32)
+
+  def references(self, problems) -> list[str]:
+    return ["".join(hidden_operands.reference_actions(p)) for p in problems]
+
+  def encode_sft(self, problems):
+    """SFT rows of optimal episodes, in the episodes' layout.
+
+    Each row is the left-padded prompt, then the reference turns, each but
+    the last followed by the tool's observation ("get xi" -> "xi=V"; none
+    after a computation); `loss_mask` is 1 on the turns' tokens only.
+
+    Returns:
+      dict with int32 [B, P + G] `tokens`, `loss_mask`, `attention_mask`.
+    """
+    tokenizer = self.tokenizer
+    prompt_len, width = self.max_prompt_len, self.max_new_tokens
+    tokens, mask = self.encode_prompts(problems)
+    batch = len(problems)
+    out_tokens = np.full((batch, prompt_len + width), tokenizer.pad_id,
+                         np.int32)
+    loss_mask = np.zeros((batch, prompt_len + width), np.int32)
+    attention = np.zeros((batch, prompt_len + width), np.int32)
+    out_tokens[:, :prompt_len] = tokens
+    attention[:, :prompt_len] = mask
+    for row, problem in enumerate(problems):
+      ids, trained = [], []
+      state = hidden_operands.EpisodeState()
+      actions = hidden_operands.reference_actions(problem)
+      for i, action in enumerate(actions):
+        turn = tokenizer.encode(action)
+        ids += turn
+        trained += [1] * len(turn)
+        observation = hidden_operands.transition(problem, state,
+                                                 action).observation
+        if observation and i + 1 < len(actions):
+          obs = tokenizer.encode(observation)[:self.max_observation_tokens]
+          ids += obs
+          trained += [0] * len(obs)
+      if len(ids) > width:
+        raise config_lib.ConfigError(
+            f"config.task.max_new_tokens={width}: the optimal episode of a "
+            f"{problem.chain.num_ops}-operation problem takes {len(ids)} "
+            "tokens (turns and observations).")
+      span = slice(prompt_len, prompt_len + len(ids))
+      out_tokens[row, span] = ids
+      loss_mask[row, span] = trained
+      attention[row, span] = 1
+    return {"tokens": out_tokens, "loss_mask": loss_mask,
+            "attention_mask": attention}
+
+  def sample_episodes(self, model_config, params, problems, rng, *,
+                      temperature: float, top_p: float = 1.0,
+                      num_samples: int = 1):
+    """Episodes of `problems`, `num_samples` contiguous rows each.
+
+    Returns:
+      the `episodes.EpisodeOutput` (host numpy arrays).
+    """
+    if jax.process_count() > 1:
+      raise config_lib.ConfigError(
+          "config.task.name='hidden_operands': episodes are sampled by one "
+          "process; run it on a single host.")
+    rows = [p for p in problems for _ in range(num_samples)]
+    envs = batched_env.BatchedEnv(hidden_operands.HiddenOperandsEnv)
+    return episodes.sample_episodes(
+        model_config, params, envs, rows, self.tokenizer, rng,
+        max_prompt_len=self.max_prompt_len,
+        max_episode_tokens=self.max_new_tokens, max_turns=self.max_turns,
+        max_turn_tokens=self.max_turn_tokens,
+        max_observation_tokens=self.max_observation_tokens,
+        end_of_turn_ids=self.end_of_turn_ids, eos_id=self.tokenizer.stop_ids,
+        pad_id=self.tokenizer.pad_id, temperature=temperature, top_p=top_p,
+        num_tokens=self.tokenizer.vocab_size)
+
+  def decode_responses(self, tokens, response_mask):
+    raise NotImplementedError(
+        "hidden_operands responses are episodes: score their turn texts "
+        "(EpisodeOutput.actions).")
+
+  def score(self, problems, texts, finished) -> Scored:
+    """Outcome rewards and per-turn labels of episodes.
+
+    Args:
+      problems: the problem of each episode.
+      texts: N lists of turn texts (`EpisodeOutput.actions`).
+      finished: N bools (unused: an episode scores 1 iff its answer turn
+        gave the right answer, which ends it).
+    """
+    del finished
+    n = len(texts)
+    rewards = np.zeros((n,), np.float32)
+    num_steps = np.zeros((n,), np.int32)
+    first_error = np.zeros((n,), np.int32)
+    empty = np.zeros((n,), np.int32)
+    labels = []
+    for i, (problem, turns) in enumerate(zip(problems, texts)):
+      verdict = hidden_operands.label_turns(problem, turns)
+      rewards[i] = float(verdict.answer_correct)
+      num_steps[i] = len(turns)
+      first_error[i] = verdict.first_error
+      empty[i] = sum(1 for turn in turns if not turn.strip())
+      labels.append(verdict.labels)
+    return Scored(rewards=rewards, num_steps=num_steps,
+                  first_error=first_error, empty_steps=empty,
+                  step_labels=labels)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,6 +497,11 @@ def make_task(task_config, seed: int, *, tokenizer=None, workdir: str = "",
       raise config_lib.ConfigError(
           "config.eval.sets: held-out sets are for text tasks.")
     return ArithTask(task_config, seed)
+  if task_config.name == "hidden_operands":
+    if eval_sets:
+      raise config_lib.ConfigError(
+          "config.eval.sets: held-out sets are for text tasks.")
+    return HiddenOperandsTask(task_config, seed)
   if task_config.name in ("gsm8k", "math", "reasoning_gym"):
     if tokenizer is None:
       raise ValueError(

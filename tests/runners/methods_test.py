@@ -19,6 +19,7 @@ from rl_rewards.runners import rl
 from rl_rewards.runners import step_scores
 from rl_rewards.runners import tasks as tasks_lib
 from rl_rewards.runners.methods import base
+from rl_rewards.runners.methods import ppo
 from tests.core import advantages_test as core_advantages_test
 from tests.core import core_reference as ref
 from tests.core import prime_test as core_prime_test
@@ -38,6 +39,22 @@ CONFIGS = (("grpo", ""), ("ppo", ""), ("prime", ""), ("oracle", ""),
                ("pav", "verifier=generative"), ("pure", "credit=min"),
                ("pure", "credit=min_paper"),
                ("reinforce_pp", "baseline=group"))))
+# FAPO, CAPO and MRT: the trained verifier or the step checker as critic,
+# one of each in the default suite, the others under `-m slow`.
+CONFIGS += (("fapo", ""), ("capo", "source=oracle"), ("mrt", ""),
+            *(pytest.param(*c, marks=pytest.mark.slow) for c in (
+                ("fapo", "source=oracle"), ("capo", ""),
+                ("mrt", "source=oracle"),
+                ("mrt", "source=oracle,reference=prompt"))))
+
+# PROF, Posterior-GRPO, Trust-GRPO and PPO with PRM step rewards: the step
+# checker's scores in the default suite, a trained verifier under `-m slow`.
+CONFIGS += (("prof", "source=oracle"), ("posterior_grpo", "source=oracle"),
+            ("trust_grpo", "source=oracle"),
+            ("ppo", "reward=prm,source=oracle"),
+            *(pytest.param(*c, marks=pytest.mark.slow) for c in (
+                ("prof", ""), ("posterior_grpo", ""), ("trust_grpo", ""),
+                ("ppo", "reward=prm"))))
 
 
 def _config(name, sft_dir, arg="", **overrides):
@@ -113,8 +130,16 @@ def _on_steps(step_values, ids, mask):
 def _ppo_ref(cfg, config, batch):
   del config
   mask = batch["response_mask"] > 0
-  adv, _ = ref.gae_reference(_last_token(batch["rewards"], mask),
-                             batch["values"], mask, cfg.gae_gamma,
+  rewards = _last_token(batch["rewards"], mask)
+  if cfg.ppo.reward == "prm":  # Each step's score on its last token.
+    ids = batch["step_ids"]
+    for b in range(ids.shape[0]):
+      for s in range(int(ids[b].max()) + 1):
+        ends = np.flatnonzero((ids[b] == s) & mask[b])
+        if ends.size:
+          rewards[b, ends[-1]] += (cfg.ppo.step_reward_coef *
+                                   batch["step_scores"][b, s])
+  adv, _ = ref.gae_reference(rewards, batch["values"], mask, cfg.gae_gamma,
                              cfg.ppo.gae_lambda)
   return ref.whiten_reference(adv, mask)
 
@@ -231,12 +256,163 @@ def _tp_grpo_ref(cfg, config, batch):
       eps=cfg.advantage_eps)
 
 
+def _flagged_steps(scores, ids, threshold):
+  """[B, S] bool: valid steps scored below `threshold`."""
+  return ref.step_mask_reference(ids, scores.shape[1]) & (scores < threshold)
+
+
+def _fapo_ref(cfg, config, batch):
+  del config
+  flawed = _flagged_steps(batch["step_scores"], batch["step_ids"],
+                          cfg.fapo.threshold).any(axis=1)
+  correct = batch["rewards"] > 0.5
+  rewards = np.where(correct, 1.0, -1.0) - cfg.fapo.penalty * (correct &
+                                                               flawed)
+  adv = ref.group_advantages_reference(rewards, cfg.group_size,
+                                       cfg.advantage_estimator,
+                                       eps=cfg.advantage_eps)
+  return adv[:, None] * (batch["response_mask"] > 0)
+
+
+def _capo_ref(cfg, config, batch):
+  del config
+  ids, mask = batch["step_ids"], batch["response_mask"]
+  wrong = _flagged_steps(batch["step_scores"], ids, cfg.capo.threshold)
+  return (cfg.capo.w_whole * _outcome_ref(cfg, batch) -
+          cfg.capo.w_process * _on_steps(wrong.astype(float), ids, mask))
+
+
+def _mrt_ref(cfg, config, batch):
+  del config
+  ids, q, v = batch["step_ids"], batch["q_values"], batch["v_init"]
+  progress = np.zeros(q.shape)
+  for b in range(q.shape[0]):
+    previous = v[b]
+    for s in range(int(ids[b].max()) + 1):
+      progress[b, s] = q[b, s] - previous
+      if cfg.mrt.reference == "previous":
+        previous = q[b, s]
+  return _outcome_ref(cfg, batch) + cfg.mrt.alpha * _on_steps(
+      progress, ids, batch["response_mask"])
+
+
+def _mean_step_scores_ref(batch):
+  """[B] mean step score of each response over its steps (0: none)."""
+  scores, ids = batch["step_scores"], batch["step_ids"]
+  valid = ref.step_mask_reference(ids, scores.shape[1])
+  return np.array([scores[b][valid[b]].mean() if valid[b].any() else 0.0
+                   for b in range(scores.shape[0])])
+
+
+def _prof_keep_ref(cfg, batch):
+  """[B] bool: PROF's kept rows, every row a valid sample."""
+  p, n = cfg.prof, cfg.group_size
+  scores, ids = batch["step_scores"].astype(np.float64), batch["step_ids"]
+  valid = ref.step_mask_reference(ids, scores.shape[1])
+  correct = batch["rewards"] > 0.5
+  mean = scores[valid].mean() if valid.any() else 0.0
+  critic = np.zeros(len(correct))
+  for b in range(len(correct)):
+    steps = valid[b].sum()
+    c = 0.0 if steps == 0 else (2 * (scores[b][valid[b]] - mean)).sum() / steps
+    c *= 1 if correct[b] else -1
+    penalised = steps < p.min_steps or steps > p.max_steps
+    critic[b] = c - p.length_penalty * penalised
+  keep = np.ones(len(correct), bool)
+  for g in range(0, len(correct), n):
+    rows = list(range(g, g + n))
+    pos = [i for i in rows if correct[i]]
+    neg = [i for i in rows if not correct[i]]
+    remove = min(p.num_remove, n)
+    r_pos = min(max(round((len(pos) - len(neg) + remove) / 2), 0),
+                min(remove, len(pos)))
+    r_neg = min(remove - r_pos, len(neg))
+    for members, r in ((pos, r_pos), (neg, r_neg)):
+      for i in sorted(members, key=lambda i: (critic[i], i))[:r]:
+        keep[i] = False
+  return keep
+
+
+def _prof_ref(cfg, config, batch):
+  del config
+  keep = _prof_keep_ref(cfg, batch)
+  np.testing.assert_array_equal(batch["prof_keep"] > 0, keep)
+  rewards, n = batch["rewards"].astype(np.float64), cfg.group_size
+  adv = np.zeros(len(rewards))
+  for g in range(0, len(rewards), n):
+    kept = [i for i in range(g, g + n) if keep[i]]
+    values = rewards[kept]
+    if len(kept) == 1:
+      adv[kept] = values / (1 + cfg.advantage_eps)
+    elif len(kept) > 1 and values.max() > values.min():
+      adv[kept] = (values - values.mean()) / (values.std(ddof=1) +
+                                              cfg.advantage_eps)
+  return adv[:, None] * (batch["response_mask"] > 0)
+
+
+def _posterior_grpo_ref(cfg, config, batch):
+  del config
+  c = cfg.posterior_grpo
+  outcome = batch["rewards"].astype(np.float64)
+  rewards = outcome + np.where(outcome > c.correct_threshold,
+                               c.thinking_coef * _mean_step_scores_ref(batch),
+                               0.0)
+  adv = ref.group_advantages_reference(rewards, cfg.group_size,
+                                       cfg.advantage_estimator,
+                                       eps=cfg.advantage_eps)
+  return adv[:, None] * (batch["response_mask"] > 0)
+
+
+def _trust_grpo_ref(cfg, config, batch):
+  del config
+  c, n = cfg.trust_grpo, cfg.group_size
+  answers = batch["rewards"].astype(np.float64)
+  thinking = _mean_step_scores_ref(batch)
+  scale = c.base_weight * np.exp(-float(batch["rl_step"]) / c.anneal_steps)
+  rewards = answers.copy()
+  for g in range(0, len(answers), n):
+    a, h = answers[g:g + n], thinking[g:g + n]
+    if (a >= c.solved_threshold).all() or (a <= c.failed_threshold).all():
+      continue  # Outcome only.
+    judged = np.where(a >= c.judge_threshold, h, 0.0)
+    right = a >= c.correct_threshold
+    mean_right = judged[right].mean() if right.any() else 0.0
+    mean_wrong = judged[~right].mean() if (~right).any() else 0.0
+    trust = (np.exp(mean_right - mean_wrong)
+             if right.any() and mean_right < mean_wrong else 1.0)
+    rewards[g:g + n] = a + scale * trust * judged
+  adv = ref.group_advantages_reference(rewards, n, cfg.advantage_estimator,
+                                       eps=cfg.advantage_eps)
+  return adv[:, None] * (batch["response_mask"] > 0)
+
+
+def _gra_ref(cfg, config, batch):
+  """G-RA by loops: R_b,k = r_b + 1[r_b >= threshold] * beta * (sum of the
+  scores of steps k and later), minus the group mean of R_b,0."""
+  del config
+  ids, mask, n = batch["step_ids"], batch["response_mask"], cfg.group_size
+  r = batch["rewards"].astype(np.float64)
+  returns = np.zeros(batch["step_scores"].shape)
+  for b in range(len(r)):
+    last = int(ids[b].max())
+    for k in range(last + 1):
+      later = sum(batch["step_scores"][b, j] for j in range(k, last + 1))
+      gated = cfg.gra.turn_reward * later if r[b] >= cfg.gra.threshold else 0
+      returns[b, k] = r[b] + gated
+  baseline = np.repeat(returns[:, 0].reshape(-1, n).mean(axis=1), n)
+  return (_on_steps(returns, ids, mask) - baseline[:, None]) * (mask > 0)
+
+
 _REFERENCES = {
     "outcome": lambda cfg, config, batch: _outcome_ref(cfg, batch),
     "ppo": _ppo_ref, "reinforce_pp": _reinforce_pp_ref, "pav": _pav_ref,
     "pure": _pure_ref, "prime": _prime_ref,
     "grpo_process": _grpo_process_ref, "clip_delta": _clip_delta_ref,
     "tp_grpo": _tp_grpo_ref,
+    "prof": _prof_ref, "posterior_grpo": _posterior_grpo_ref,
+    "trust_grpo": _trust_grpo_ref,
+    "fapo": _fapo_ref, "capo": _capo_ref, "mrt": _mrt_ref,
+    "gra": _gra_ref,
 }
 
 
@@ -287,7 +463,11 @@ def test_config_runs_two_rl_steps(name, arg, sft_dir, tmp_path,
   reference = _REFERENCES[config.rl.method]
   for r, (batch, got) in zip(records, seen):
     mask = batch["response_mask"] > 0
-    assert mask.any(axis=1).all()
+    # Every row takes part, but those PROF drops (no loss weight).
+    kept = batch.get("prof_keep", np.ones(mask.shape[0])) > 0
+    np.testing.assert_array_equal(mask.any(axis=1), kept)
+    if "rl_step" in batch:  # Trust-GRPO anneals by the RL step, from 0.
+      assert int(batch["rl_step"]) == r["step"] - 1
     want = reference(config.rl, config, batch)
     assert want is not None or arg  # Every default config has a reference.
     if want is not None:
@@ -301,7 +481,7 @@ def test_config_runs_two_rl_steps(name, arg, sft_dir, tmp_path,
     assert r["train/advantage_var"] == pytest.approx(np.var(got[mask]),
                                                      rel=1e-3, abs=1e-6)
   if config.rl.method in ("pav", "pure", "clip_delta", "tp_grpo",
-                          "grpo_process") and (
+                          "grpo_process", "fapo", "capo", "mrt") and (
       config.rl.prm_source == "model"):
     assert "prm/first_error_agreement" in records[0]
 
@@ -743,3 +923,302 @@ def test_refreshing_a_verifier_that_does_not_predict_q_pi_is_refused(
       pipeline.run(_config(name, sft_dir, **{"rl.verifier_refresh_lr": 1e-3}),
                    str(tmp_path / name))
     assert not os.path.exists(tmp_path / name / "checkpoints")
+
+
+# ------------------------------------------------- FAPO, CAPO and MRT ---
+
+
+def _critic_batch():
+  # One group of 4: rewards [1, 1, 0, 0]. Row 0 is clean on its two steps
+  # (slot 2, past its last step, scores 0.1 and is not read); row 1 has a
+  # step below ½ (flawed); row 2 is wrong and flawed, row 3 wrong and clean.
+  return {
+      "response_mask": jnp.array([[0, 1, 1, 1]] * 4),
+      "step_ids": jnp.array([[-1, 0, 1, 1], [-1, 0, 1, 2],
+                             [-1, 0, 0, 0], [-1, 0, 1, 1]]),
+      "rewards": jnp.array([1.0, 1.0, 0.0, 0.0]),
+      "step_scores": jnp.array([[0.9, 0.6, 0.1], [0.9, 0.2, 0.7],
+                                [0.3, 0.9, 0.9], [0.8, 0.8, 0.8]]),
+  }
+
+
+def test_fapo_penalises_flawed_positives_hand_computed():
+  # R = [+1, +1 − λ, −1, −1] with λ = 1: [1, 0, −1, −1].
+  # GRPO: mean −0.25, deviations [1.25, 0.25, −0.75, −0.75], unbiased std
+  # sqrt(2.75 / 3) = 0.957427: A = [1.30558, 0.26112, −0.78335, −0.78335].
+  # The unpenalised ±1 reward: ±1 / sqrt(4/3) = ±0.866025.
+  method = _method("fapo", advantage_estimator="grpo")
+  np.testing.assert_array_equal(np.asarray(method.flawed(_critic_batch())),
+                                [False, True, True, False])
+  adv, parts = method.advantages(_critic_batch())
+  want = np.array([1.30558, 0.26112, -0.78335, -0.78335])
+  np.testing.assert_allclose(np.asarray(adv)[:, 1:], want[:, None] *
+                             np.ones((4, 3)), atol=1e-4)
+  np.testing.assert_array_equal(np.asarray(adv)[:, 0], 0.0)
+  outcome = np.array([1, 1, -1, -1]) * 0.866025
+  np.testing.assert_allclose(np.asarray(parts["outcome"])[:, 1],
+                             outcome, atol=1e-4)
+  np.testing.assert_allclose(np.asarray(parts["process"])[:, 1],
+                             want - outcome, atol=1e-4)
+  # Dr. GRPO: no std, R − mean = [1.25, 0.25, −0.75, −0.75]; λ = 0.5 gives
+  # R = [1, 0.5, −1, −1], mean −0.125.
+  drgrpo, _ = _method("fapo", advantage_estimator="drgrpo").advantages(
+      _critic_batch())
+  np.testing.assert_allclose(np.asarray(drgrpo)[:, 1],
+                             [1.25, 0.25, -0.75, -0.75], atol=1e-6)
+  half, _ = _method("fapo", advantage_estimator="drgrpo",
+                    **{"fapo.penalty": 0.5}).advantages(_critic_batch())
+  np.testing.assert_allclose(np.asarray(half)[:, 1],
+                             [1.125, 0.625, -0.875, -0.875], atol=1e-6)
+
+
+def test_capo_penalises_the_tokens_of_wrong_steps_hand_computed():
+  # Groups of 2. Dr. GRPO: Â = r − mean = ±0.5; W_whole = 2, W_process = 1.
+  # Row 0 (correct) has its step 1 wrong, row 1 (wrong) its step 0;
+  # rows 2 and 3 of the second group are all 0.9 (no penalty), Â = 0.
+  batch = {
+      "response_mask": jnp.array([[0, 1, 1, 1, 1], [0, 1, 1, 1, 0],
+                                  [0, 1, 1, 1, 1], [0, 1, 1, 1, 1]]),
+      "step_ids": jnp.array([[-1, 0, 0, 1, 1], [-1, 0, 1, 1, -1],
+                             [-1, 0, 0, 1, 1], [-1, 0, 1, 1, 1]]),
+      "rewards": jnp.array([1.0, 0.0, 1.0, 1.0]),
+      "step_scores": jnp.array([[0.9, 0.3], [0.2, 0.8], [0.9, 0.9],
+                                [0.9, 0.9]]),
+  }
+  values = {"group_size": 2, "capo.w_whole": 2.0, "capo.w_process": 1.0}
+  adv, parts = _method("capo", advantage_estimator="drgrpo",
+                       **values).advantages(batch)
+  np.testing.assert_allclose(np.asarray(adv), [
+      [0, 1, 1, 1 - 1, 1 - 1],
+      [0, -1 - 1, -1, -1, 0],
+      [0, 0, 0, 0, 0],
+      [0, 0, 0, 0, 0]], atol=1e-6)
+  np.testing.assert_allclose(np.asarray(parts["process"])[:2], [
+      [0, 0, 0, -1, -1], [0, -1, 0, 0, 0]], atol=1e-6)
+  # GRPO: Â = ±0.5 / std([1, 0], ddof=1) = ±0.707107.
+  grpo, _ = _method("capo", advantage_estimator="grpo", **values).advantages(
+      batch)
+  np.testing.assert_allclose(np.asarray(grpo)[0],
+                             [0, 1.414214, 1.414214, 0.414214, 0.414214],
+                             atol=1e-5)
+
+
+def test_mrt_gives_each_step_its_progress_hand_computed():
+  # One group of 2, Dr. GRPO: ±0.5; α = 2. Row 0: J = [0.2, 0.5] after its
+  # two steps, J(question) = 0.25; row 1 one step, J = 0.6 (slot 1 unread),
+  # J(question) = 0.4.
+  batch = {
+      "response_mask": jnp.array([[0, 1, 1, 1, 1], [0, 1, 1, 0, 0]]),
+      "step_ids": jnp.array([[-1, 0, 0, 1, 1], [-1, 0, 0, -1, -1]]),
+      "rewards": jnp.array([1.0, 0.0]),
+      "q_values": jnp.array([[0.2, 0.5], [0.6, 0.9]]),
+      "v_init": jnp.array([0.25, 0.4]),
+  }
+  values = {"group_size": 2, "advantage_estimator": "drgrpo",
+            "mrt.alpha": 2.0}
+  # previous: progress [−0.05, 0.3] and [0.2].
+  adv, parts = _method("mrt", **values).advantages(batch)
+  np.testing.assert_allclose(np.asarray(adv), [
+      [0, 0.4, 0.4, 1.1, 1.1], [0, -0.1, -0.1, 0, 0]], atol=1e-6)
+  np.testing.assert_allclose(np.asarray(parts["outcome"]), [
+      [0, 0.5, 0.5, 0.5, 0.5], [0, -0.5, -0.5, 0, 0]], atol=1e-6)
+  # prompt: progress [−0.05, 0.25] (each step against J(question)).
+  prompt, _ = _method("mrt", **values,
+                      **{"mrt.reference": "prompt"}).advantages(batch)
+  np.testing.assert_allclose(np.asarray(prompt)[0], [0, 0.4, 0.4, 1.0, 1.0],
+                             atol=1e-6)
+  # The step checker's prover (J = 1 until the first wrong step, V = 1):
+  # the first wrong step loses α, and under "prompt" every step after too.
+  oracle = dict(batch, step_ids=jnp.array([[-1, 0, 1, 2, 2]] * 2),
+                response_mask=jnp.array([[0, 1, 1, 1, 1]] * 2),
+                q_values=jnp.array([[1.0, 0.0, 0.0]] * 2),
+                v_init=jnp.ones((2,)))
+  got, _ = _method("mrt", **values).advantages(oracle)
+  np.testing.assert_allclose(np.asarray(got)[0], [0, 0.5, -1.5, 0.5, 0.5],
+                             atol=1e-6)
+  got, _ = _method("mrt", **values, **{"mrt.reference": "prompt"}
+                   ).advantages(oracle)
+  np.testing.assert_allclose(np.asarray(got)[0], [0, 0.5, -1.5, -1.5, -1.5],
+                             atol=1e-6)
+
+
+@pytest.mark.parametrize("verifier,key", [
+    (base.Verifier(None, "implicit", "outcome"), "prm.model"),
+    (base.Verifier(None, "generative", "progress"), "prm.target"),
+    (base.Verifier(None, "head", "soft", value_trained=False),
+     "prm.value_weight"),
+])
+def test_mrt_refuses_a_verifier_without_success_values(verifier, key):
+  method = _method("mrt", verifier, prm_source="model")
+  with pytest.raises(config_lib.ConfigError, match=key.replace(".", r"\.")):
+    method.check()
+  _method("mrt", base.Verifier(None, "head", "soft")).check()
+
+
+@pytest.mark.parametrize("key,value", [
+    ("fapo.threshold", 0.0), ("fapo.penalty", -1.0),
+    ("capo.w_process", 2.0), ("capo.threshold", 1.5),
+    ("mrt.reference", "next"), ("mrt.alpha", -0.5)])
+def test_critique_and_progress_keys_are_checked(key, value):
+  config = config_lib.base_config()
+  section, _, name = key.partition(".")
+  config.rl[section][name] = value
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"config\.rl\." + key.replace(".", r"\.")):
+    config_lib.validate(config)
+
+
+# --------------- PROF, Posterior-GRPO, Trust-GRPO, PPO with step rewards ---
+
+
+def _two_step_group():
+  # One group of 4, every response two steps on tokens 1-2 and 3-4.
+  return {"response_mask": jnp.ones((4, 5)).at[:, 0].set(0),
+          "step_ids": jnp.array([[-1, 0, 0, 1, 1]] * 4)}
+
+
+def test_prof_keeps_the_consistent_rows_and_normalises_over_them():
+  # Rewards [1, 1, 1, 0]; step scores [.9, .9], [.9, .3], [.5, .5], [.8, .8].
+  # p̄ = 5.6 / 8 = 0.7, c_i = ±(1/2) Σ_k 2(p_k − p̄):
+  # c = [0.4, −0.2, −0.4, −0.2] (the wrong row's sign flipped).
+  # N+ = 3, N− = 1, R = 2: r+ = round((3 − 1 + 2)/2) = 2, r− = 0: the two
+  # lowest correct rows (2, then 1) are dropped. GRPO over rows 0 and 3
+  # (rewards 1, 0): mean 0.5, std sqrt(0.5): A = ±0.707107.
+  batch = dict(_two_step_group(),
+               rewards=jnp.array([1.0, 1.0, 1.0, 0.0]),
+               step_scores=jnp.array([[0.9, 0.9], [0.9, 0.3], [0.5, 0.5],
+                                      [0.8, 0.8]]))
+  method = _method("prof", **{"prof.num_remove": 2})
+  method.check()
+  state, extra, record = method.signals(None, {}, {}, batch)
+  assert state == {}
+  np.testing.assert_array_equal(np.asarray(extra["prof_keep"]), [1, 0, 0, 1])
+  np.testing.assert_array_equal(np.asarray(extra["response_mask"]),
+                                [[0, 1, 1, 1, 1], [0] * 5, [0] * 5,
+                                 [0, 1, 1, 1, 1]])
+  assert record["train/prof_kept_fraction"] == 0.5
+  adv, parts = method.advantages(dict(batch, **extra))
+  want = np.array([0.707107, 0, 0, -0.707107])[:, None] * np.asarray(
+      extra["response_mask"])
+  np.testing.assert_allclose(np.asarray(adv), want, atol=1e-5)
+  # The outcome part: GRPO over all four rows, [0.5, 0.5, 0.5, −1.5] (std
+  # 0.5), on the kept rows' tokens; the process part is what the filter
+  # changed.
+  np.testing.assert_allclose(np.asarray(parts["outcome"])[[0, 3], 1],
+                             [0.5, -1.5], atol=1e-5)
+  np.testing.assert_allclose(np.asarray(parts["process"])[[0, 3], 1],
+                             [0.207107, 0.792893], atol=1e-5)
+  # Removing none is GRPO.
+  none = _method("prof", **{"prof.num_remove": 0})
+  _, kept, _ = none.signals(None, {}, {}, batch)
+  got, _ = none.advantages(dict(batch, **kept))
+  np.testing.assert_allclose(np.asarray(got)[:, 1], [0.5, 0.5, 0.5, -1.5],
+                             atol=1e-5)
+
+
+def test_prof_refuses_removing_a_whole_group():
+  with pytest.raises(config_lib.ConfigError, match=r"rl\.prof\.num_remove"):
+    _method("prof", **{"prof.num_remove": 4}).check()
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"rl\.advantage_estimator"):
+    _method("prof", advantage_estimator="drgrpo").check()
+
+
+def test_posterior_grpo_rewards_thinking_only_when_correct():
+  # Rewards [1, 1, 0, 0]; mean step scores 0.7 ([.9, .5]), 0.4 (one step),
+  # 0.9 and 0.2 (wrong: not read). R = [1.7, 1.4, 0, 0], mean 0.775,
+  # unbiased std 0.903235: A = [1.02410, 0.69196, −0.85803, −0.85803].
+  batch = {"response_mask": jnp.ones((4, 5)).at[:, 0].set(0),
+           "step_ids": jnp.array([[-1, 0, 0, 1, 1], [-1, 0, 0, 0, 0],
+                                  [-1, 0, 0, 1, 1], [-1, 0, 0, 1, 1]]),
+           "rewards": jnp.array([1.0, 1.0, 0.0, 0.0]),
+           "step_scores": jnp.array([[0.9, 0.5], [0.4, 0.99], [0.9, 0.9],
+                                     [0.1, 0.3]])}
+  method = _method("posterior_grpo")
+  np.testing.assert_allclose(np.asarray(method.rewards(batch)),
+                             [1.7, 1.4, 0, 0], atol=1e-6)
+  adv, parts = method.advantages(batch)
+  np.testing.assert_allclose(np.asarray(adv)[:, 1:], np.array(
+      [1.02410, 0.69196, -0.85803, -0.85803])[:, None] * np.ones((4, 4)),
+                             atol=1e-4)
+  np.testing.assert_array_equal(np.asarray(adv)[:, 0], 0.0)
+  # Outcome alone: ±1 / sqrt(4/3).
+  np.testing.assert_allclose(np.asarray(parts["outcome"])[:, 1],
+                             [0.866025, 0.866025, -0.866025, -0.866025],
+                             atol=1e-5)
+
+
+def test_trust_grpo_anneals_by_the_rl_step_and_distrusts_hacked_groups():
+  # Answers [1, .6, .3, 0] (correct: a ≥ 0.5) and mean step scores h =
+  # [.3, .3, .8, .9]; row 3 (a < 0.2) is not judged: h' = [.3, .3, .8, 0].
+  # μ_c = 0.3 < μ_w = 0.4: trust = e^{−0.1}. RL step 100 (200 policy
+  # updates, 2 per step): w = 0.3·e^{−100/500}·e^{−0.1} = 0.222245, r =
+  # [1.066674, 0.666674, 0.477796, 0]; GRPO: [1.16051, 0.25719, −0.16935,
+  # −1.24835]. The second group (all solved) keeps its outcome: A = 0.
+  batch = {"response_mask": jnp.ones((8, 5)).at[:, 0].set(0),
+           "step_ids": jnp.array([[-1, 0, 0, 1, 1]] * 8),
+           "rewards": jnp.array([1.0, 0.6, 0.3, 0.0, 1.0, 1.0, 1.0, 1.0]),
+           "step_scores": jnp.array([[0.2, 0.4], [0.3, 0.3], [0.9, 0.7],
+                                     [0.9, 0.9]] * 2)}
+  method = _method("trust_grpo", minibatches=2)
+  policy = dataclasses.make_dataclass("Policy", ["step"])(jnp.int32(200))
+  _, extra, record = method.signals(None, {}, {"policy": policy}, batch)
+  assert int(extra["rl_step"]) == 100
+  assert record["train/trust_weight_scale"] == pytest.approx(
+      0.3 * np.exp(-0.2), rel=1e-5)
+  batch = dict(batch, **extra)
+  rewards, weights = method.rewards(batch)
+  np.testing.assert_allclose(np.asarray(rewards)[:4],
+                             [1.066674, 0.666674, 0.477796, 0], atol=1e-5)
+  np.testing.assert_allclose(np.asarray(weights)[:4], 0.222245, atol=1e-6)
+  adv, _ = method.advantages(batch)
+  np.testing.assert_allclose(np.asarray(adv)[:4, 1], [1.16051, 0.25719,
+                                                      -0.16935, -1.24835],
+                             atol=1e-4)
+  np.testing.assert_array_equal(np.asarray(adv)[4:], 0.0)
+
+
+def test_ppo_with_prm_step_rewards_hand_computed():
+  # Row 0: steps on tokens 1-2 and 3-4 scored [0.8, 0.4], reward 1; row 1:
+  # one step on tokens 1-3 scored 0.5, reward 0. Token rewards (step score
+  # on its last token, + outcome on the last): row 0 [0, 0, .8, 0, 1.4],
+  # row 1 [0, 0, 0, .5, 0]. γ = λ = 1: returns G_t = Σ_{t' ≥ t} R,
+  # advantages G − V with V = 0.5 on every token.
+  batch = {"response_mask": jnp.array([[0, 1, 1, 1, 1], [0, 1, 1, 1, 0]],
+                                      jnp.float32),
+           "step_ids": jnp.array([[-1, 0, 0, 1, 1], [-1, 0, 0, 0, -1]]),
+           "step_scores": jnp.array([[0.8, 0.4], [0.5, 0.9]]),
+           "rewards": jnp.array([1.0, 0.0]),
+           "values": jnp.full((2, 5), 0.5)}
+  values = {"gae_gamma": 1.0, "ppo.gae_lambda": 1.0, "ppo.reward": "prm"}
+  method = _method("ppo", **values)
+  assert method.reads_step_scores
+  assert not _method("ppo").reads_step_scores
+  _, returns = ppo.gae(method.cfg, batch)
+  want = np.array([[0, 2.2, 2.2, 1.4, 1.4], [0, 0.5, 0.5, 0.5, 0]])
+  np.testing.assert_allclose(np.asarray(returns), want, atol=1e-6)
+  adv, parts = method.advantages(batch)
+  mask = np.asarray(batch["response_mask"]) > 0
+  np.testing.assert_allclose(np.asarray(adv),
+                             ref.whiten_reference(want - 0.5, mask),
+                             atol=1e-5)
+  # The outcome part: the outcome alone, [1, 1, 1, 1] and [0, 0, 0] − V.
+  outcome = np.array([[0, 1, 1, 1, 1], [0, 0, 0, 0, 0]]) - 0.5
+  np.testing.assert_allclose(np.asarray(parts["outcome"]),
+                             ref.whiten_reference(outcome, mask), atol=1e-5)
+  # The step rewards' weight: 2·[.8, .4] + 1 from token 1.
+  double = _method("ppo", **values, **{"ppo.step_reward_coef": 2.0})
+  assert float(ppo.gae(double.cfg, batch)[1][0, 1]) == pytest.approx(3.4)
+
+
+def test_ppo_reads_the_verifier_only_with_prm_rewards():
+  config = config_lib.base_config()
+  config.rl.method = "ppo"
+  config.rl.prm_source = "model"
+  verifier = base.Verifier(None, "head", "soft")
+  assert methods.make(config, verifier).verifier is None
+  config.rl.ppo.reward = "prm"
+  assert methods.make(config, verifier).verifier is verifier
+  config.rl.ppo.reward = "value"
+  with pytest.raises(config_lib.ConfigError, match=r"rl\.ppo\.reward"):
+    config_lib.validate(config)

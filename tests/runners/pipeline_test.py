@@ -188,6 +188,32 @@ def test_extending_a_finished_run_continues_it(uninterrupted, tmp_path):
     np.testing.assert_array_equal(a, b)
 
 
+def test_extending_a_run_of_several_updates_a_step_resumes_at_its_step(
+    uninterrupted, tmp_path):
+  # Two minibatches: the policy's update counter runs at twice the RL step,
+  # so resuming must read the checkpoint's RL step, not the counter (which
+  # would skip the extension's rollouts).
+  reference_dir, _ = uninterrupted
+
+  def config(steps):
+    c = _config(**{"rl.steps": steps, "rl.minibatches": 2,
+                   "sft.init_from": reference_dir,
+                   "labels.init_from": reference_dir,
+                   "prm.init_from": reference_dir})
+    c.stages = "rl"
+    return c
+
+  workdir = str(tmp_path / "minibatches")
+  pipeline.run(config(1), workdir)
+  summary = pipeline.run(config(2), workdir)
+  assert summary["stages"]["rl"]["rl/steps"] == 2
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    records = [json.loads(line) for line in f]
+  trained = [r["step"] for r in records
+             if r["stage"] == "rl" and "train/reward_mean" in r]
+  assert trained == [1, 2]
+
+
 def test_a_label_budget_trains_on_the_first_problems(uninterrupted, tmp_path):
   reference_dir, summary = uninterrupted
   all_problems = summary["stages"]["prm"]["prm/label_problems"]

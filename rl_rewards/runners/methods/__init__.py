@@ -40,7 +40,8 @@ def make(config, verifier=None) -> base.Method:
         f"config.rl.method: unknown method {name!r}; one of "
         f"{tuple(METHODS)}.")
   cls = METHODS[name]
-  reads_verifier = cls.reads_step_scores and config.rl.prm_source == "model"
+  reads_verifier = (cls.reads_step_scores_of(config) and
+                    config.rl.prm_source == "model")
   return cls(config, verifier if reads_verifier else None)
 
 
@@ -54,12 +55,14 @@ def check_config(config):
   base.require(cls is not None, "rl.method",
                f"unknown method {config.rl.method!r}; one of "
                f"{tuple(METHODS)}.")
-  base.require(not cls.reads_step_scores or
-               config.rl.prm_source != "oracle" or config.task.name == "arith",
+  base.require(not cls.reads_step_scores_of(config) or
+               config.rl.prm_source != "oracle" or
+               config.task.name in ("arith", "hidden_operands"),
                "rl.prm_source", "the oracle PRM needs ground-truth step "
-               "labels, which only the arith task has.")
+               "labels, which only the arith and hidden_operands tasks "
+               "have.")
   planned = None
-  reads_verifier = (cls.reads_step_scores and
+  reads_verifier = (cls.reads_step_scores_of(config) and
                     config.rl.prm_source == "model")
   if reads_verifier and "prm" in config.stages.split(","):
     planned = base.Verifier.planned(config)

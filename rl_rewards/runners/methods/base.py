@@ -109,6 +109,15 @@ class Method:
     self.cfg = config.rl
     self.verifier = verifier
 
+  @classmethod
+  def reads_step_scores_of(cls, config) -> bool:
+    """Whether the method reads step scores with `config` (before an
+    instance exists: `methods.make` passes the verifier only then). A method
+    whose keys decide it (PPO's `rl.ppo.reward`) overrides this and sets
+    `reads_step_scores` on the instance to the same answer."""
+    del config
+    return cls.reads_step_scores
+
   # ------------------------------------------------------------ per run ---
 
   def check(self):
