@@ -52,17 +52,15 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import jax
 import numpy as np
 from safetensors import numpy as safetensors_numpy
-import safetensors
 
 from rl_rewards import errors
 from rl_rewards.models import config as config_lib
 from rl_rewards.models import model as model_lib
 from rl_rewards.models import transformer
+from rl_rewards.models import weights_io
 
 Params = Any
 
-_WEIGHTS_FILE = "model.safetensors"
-_INDEX_FILE = "model.safetensors.index.json"
 _CONFIG_FILE = "config.json"
 _HF_ARCHITECTURES = {
     "qwen2": "Qwen2ForCausalLM",
@@ -616,70 +614,6 @@ def _get_path(tree, path):
 # --------------------------------------------------------------------- load --
 
 
-def _open_safetensors(file):
-  try:
-    return safetensors.safe_open(file, framework="numpy")
-  except Exception as e:  # pylint: disable=broad-except
-    # E.g. "Error while deserializing header: incomplete metadata".
-    raise errors.InputError(
-        f"{file}: not a readable safetensors file (truncated or corrupt?): "
-        f"{e}") from None
-
-
-class _TensorReader:
-  """Reads single tensors from one or several safetensors files."""
-
-  def __init__(self, path):
-    single = os.path.join(path, _WEIGHTS_FILE)
-    index = os.path.join(path, _INDEX_FILE)
-    if os.path.isfile(single):
-      with _open_safetensors(single) as f:
-        self._file_of = {name: single for name in f.keys()}
-    elif os.path.isfile(index):
-      try:
-        with open(index) as f:
-          weight_map = json.load(f)["weight_map"]
-      except (json.JSONDecodeError, UnicodeDecodeError, KeyError,
-              TypeError) as e:
-        raise errors.InputError(f"{index}: not a safetensors index with a "
-                                f"'weight_map' ({e}).") from None
-      self._file_of = {name: os.path.join(path, file)
-                       for name, file in weight_map.items()}
-      for file in sorted(set(self._file_of.values())):
-        if not os.path.isfile(file):
-          raise FileNotFoundError(f"{file} (listed in {index}) is missing.")
-    else:
-      raise FileNotFoundError(
-          f"No {_WEIGHTS_FILE} or {_INDEX_FILE} in {path}.")
-    self.source = single if os.path.isfile(single) else index
-    self._handles = {}
-
-  def __contains__(self, name):
-    return name in self._file_of
-
-  def get(self, name):
-    if name not in self._file_of:
-      raise errors.InputError(f"{self.source}: tensor {name!r} is missing.")
-    file = self._file_of[name]
-    if file not in self._handles:
-      self._handles[file] = _open_safetensors(file)
-    try:
-      tensor = self._handles[file].get_tensor(name)
-    except Exception as e:  # pylint: disable=broad-except
-      # safetensors' own error names neither the file nor the index.
-      raise errors.InputError(
-          f"{file}: cannot read tensor {name!r} (listed for it in "
-          f"{self.source}): {e}") from None
-    if tensor.dtype.kind in "biu":
-      raise errors.InputError(
-          f"{file}: tensor {name!r} has dtype {tensor.dtype}; model weights "
-          "must be floating point.")
-    return tensor, file
-
-  def close(self):
-    self._handles.clear()
-
-
 def load_hf(path: str, *, dtype: str = "float32",
             shardings: Optional[Params] = None, scan_layers: bool = False,
             remat: str = "none") -> Tuple[config_lib.ModelConfig, Params]:
@@ -706,7 +640,7 @@ def load_hf(path: str, *, dtype: str = "float32",
   hf_config = read_hf_config(config_path)
   cfg = config_from_hf(hf_config, dtype=dtype, path=config_path,
                        scan_layers=scan_layers, remat=remat)
-  reader = _TensorReader(path)
+  reader = weights_io.TensorReader(path)
   heads = ("lm", "score") if "score.weight" in reader else ("lm",)
   layouts = _tensor_layouts(cfg, heads)
 
@@ -787,7 +721,8 @@ def save_hf(path: str, cfg: config_lib.ModelConfig, params: Params) -> None:
   os.makedirs(path, exist_ok=True)
   # Both files are written under temporary names first, so a failed save
   # (e.g. a full disk) leaves an earlier export in `path` as it was.
-  final = [os.path.join(path, _WEIGHTS_FILE), os.path.join(path, _CONFIG_FILE)]
+  final = [os.path.join(path, weights_io.WEIGHTS_FILE),
+           os.path.join(path, _CONFIG_FILE)]
   temporary = [f"{name}.tmp{os.getpid()}" for name in final]
   try:
     safetensors_numpy.save_file(tensors, temporary[0],
