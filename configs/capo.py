@@ -13,6 +13,12 @@ group advantage of the outcome, and the tokens of a wrong step lose
 w_process (w_process < w_whole keeps a correct response with a wrong step
 above an incorrect one; rl_rewards/runners/methods/capo.py). Watch
 `train/process_blames_first_error` against the step checker.
+`critiques=C` (C > 1) samples C critiques from the verifier per response and
+combines them by `voting=majority|intersection|average`, as the paper
+votes over several GenPRM critiques:
+
+    python -m experiments.train --config=configs/capo.py:critiques=5 \
+        --workdir=runs/capo_vote5
 """
 
 from rl_rewards import config_lib
@@ -23,7 +29,8 @@ def get_config(arg=None):
   arg = config_lib.parse_arg(
       arg, size="tiny", regime="standard", sft="", labels="", prm="",
       source="model", model="generative", target="progress",
-      w_whole=2.0, w_process=1.0, threshold=0.5)
+      w_whole=2.0, w_process=1.0, threshold=0.5, critiques=1,
+      voting="majority")
   config = config_lib.base_config()
   config_presets.use_step_scores(config, arg.source, sft=arg.sft,
                                  labels=arg.labels, prm=arg.prm,
@@ -32,6 +39,8 @@ def get_config(arg=None):
   config.rl.capo.w_whole = arg.w_whole
   config.rl.capo.w_process = arg.w_process
   config.rl.capo.threshold = arg.threshold
+  config.rl.capo.critiques = arg.critiques
+  config.rl.capo.voting = arg.voting
   return config_presets.apply_size(config, arg.size, regime=arg.regime)
 
 

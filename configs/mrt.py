@@ -5,6 +5,8 @@
         --workdir=runs/mrt_oracle                # the step checker's prover
     python -m experiments.train --config=configs/mrt.py:reference=prompt \\
         --workdir=runs/mrt_prompt                # J_j - J(question)
+    python -m experiments.train --config=configs/mrt.py:j=forced \\
+        --workdir=runs/mrt_forced                # J of the forced answer
 
 Stages: sft -> labels -> prm -> rl (each reusable with `sft=`, `labels=`,
 `prm=`; `source=oracle` runs sft -> rl). An episode is one step of the
@@ -14,6 +16,12 @@ head on Monte-Carlo labels with its V(question) head, as PAV's), or with
 step). Each step's tokens get A_out + alpha * (J_j - J_{j-1}), J_{-1} =
 V(question) (rl_rewards/runners/methods/mrt.py); the outcome term is Dr.
 GRPO's r - group mean, so alpha weighs the bonus the same in every group.
+
+`j=forced` (stages sft -> rl, no verifier): J_j is the exact probability
+that the policy writes the true answer line ("#015" and EOS) right after
+step j, exp of the sum of its token log-probs, read by one forward pass per
+step prefix (the answer probe); J_{-1} after the bare question; the last
+step's J is the response's own outcome.
 """
 
 from rl_rewards import config_lib
@@ -23,12 +31,20 @@ from rl_rewards import config_presets
 def get_config(arg=None):
   arg = config_lib.parse_arg(
       arg, size="tiny", regime="standard", sft="", labels="", prm="",
-      source="model", model="head", alpha=0.5, reference="previous")
+      source="model", model="head", alpha=0.5, reference="previous",
+      j="scores")
+  if arg.j not in ("scores", "forced"):
+    raise config_lib.ConfigError(
+        f"j: {arg.j!r}; use scores (the step scores of `source`) or forced "
+        "(the probability of answering right after each step).")
   config = config_lib.base_config()
-  config_presets.use_step_scores(config, arg.source, sft=arg.sft,
+  # A forced-answer J reads no step scores: no labels or prm stage.
+  source = "oracle" if arg.j == "forced" else arg.source
+  config_presets.use_step_scores(config, source, sft=arg.sft,
                                  labels=arg.labels, prm=arg.prm,
                                  model=arg.model, target="soft")
-  if arg.source == "model":
+  config.rl.mrt.j = arg.j
+  if source == "model":
     config.prm.value_weight = 1.0  # J before the first step is V(question).
   config.rl.method = "mrt"
   config.rl.advantage_estimator = "drgrpo"

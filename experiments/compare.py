@@ -6,6 +6,8 @@ oracle_pure_min,prime,tp_grpo,clip_delta,sft_continue --seeds=3
     python -m experiments.compare --regime=long_sparse \\
         --methods=grpo,oracle,pav --seeds=5        # seeds 0-2 are reused
     python -m experiments.compare --regime=standard --jobs=4  # 4 at once
+    python -m experiments.compare --task=multiturn \\
+        --methods=grpo,igpo,spa_rl,gra,oracle_pav,oracle --seeds=3
 
 For every seed, one SFT policy is trained in the regime
 (`<workdir>/seed<s>/sft`, or taken from `--sft_root`) and, for methods that
@@ -25,7 +27,12 @@ evaluations, as a fraction of the baseline's, with a bootstrap
 confidence interval over seeds), `compare.json`, and `compare.png`
 (accuracy against samples and against compute, which counts the labels
 and verifier training a method needs; mean and spread over seeds);
-`--plot=docs/compare_<regime>.png` copies the plot. When a run fails, the
+`--plot=docs/compare_<regime>.png` copies the plot.
+
+`--task=multiturn` compares the turn-level methods on the multi-turn
+hidden-operands task instead (`MULTITURN_METHODS`; SFT with
+`configs/multiturn.py`, default workdir `runs/compare_multiturn_<regime>`):
+the same seeds, samples, evaluation and report, with turns as steps. When a run fails, the
 command ends with a table of the failed runs (workdir, exit status, the
 last error line of its `compare_log.txt`) and exits with status 1.
 """
@@ -81,13 +88,34 @@ METHODS = {
     "oracle_capo": ("capo", "source=oracle", (), None),
     "oracle_mrt": ("mrt", "source=oracle", (), None),
 }
+# The same for the multi-turn hidden-operands task (`--task=multiturn`):
+# label -> (config, argument, overrides, verifier).
+MULTITURN_METHODS = {
+    "grpo": ("multiturn", "method=grpo", (), None),
+    "oracle": ("multiturn", "method=oracle", (), None),
+    "oracle_pav": ("multiturn", "method=pav", (), None),
+    "oracle_pure": ("multiturn", "method=pure", (), None),
+    "gra": ("gra", "", (), None),
+    "igpo": ("igpo", "", (), None),
+    "spa_rl": ("spa_rl", "", (), None),
+    "pav": ("multiturn", "method=pav,source=model", (), "turn_pav"),
+    "pure": ("multiturn", "method=pure,source=model", (), "turn_step"),
+}
+# The config each task's SFT policies (and the SFT-continued baseline) run.
+SFT_CONFIGS = {"arith": "default", "multiturn": "multiturn"}
 # Verifiers shared by the methods of a seed, all trained on its one label
 # set: name -> (config that trains it, its argument, directory).
 VERIFIERS = {
     "pav_head": ("pav", "", "prm_soft"),        # score head on soft Q-hat
     "pav_gen": ("pav", "verifier=generative", "prm_soft_gen"),  # LM head
     "step": ("pure", "", "prm_step"),  # generative, progress labels
+    # On episodes (`--task=multiturn`): per-turn labels from prover episodes.
+    "turn_pav": ("multiturn", "method=pav,source=model", "prm_turn_soft"),
+    "turn_step": ("multiturn", "method=pure,source=model", "prm_turn_step"),
 }
+# The config (and argument) whose labels stage makes each task's label set.
+LABELS_CONFIGS = {"arith": ("pav", ""),
+                  "multiturn": ("multiturn", "method=pav,source=model")}
 
 _METHODS = flags.DEFINE_list(
     "methods", ["grpo", "pav", "pure", "prime", "ppo", "oracle"],
@@ -104,6 +132,10 @@ _SFT_ROOT = flags.DEFINE_string(
     "(another comparison's) instead of training one.")
 _BASELINE = flags.DEFINE_string(
     "baseline", "grpo", "The outcome-only method others are measured against.")
+_TASK = flags.DEFINE_enum(
+    "task", "arith", list(SFT_CONFIGS),
+    "arith: the single-turn arithmetic task (METHODS); multiturn: the "
+    "hidden-operands episodes (MULTITURN_METHODS).")
 _SIZE = flags.DEFINE_string("size", "tiny", "Model/task size: tiny or test.")
 _EVAL_EVERY = flags.DEFINE_integer(
     "eval_every_steps", 5, "Held-out evaluation interval of the RL runs: the "
@@ -244,13 +276,14 @@ def run_all(runs, jobs=1, train=_train):
                      f"{', '.join(r.workdir for r in pending)}.")
 
 
-def method_spec(label):
-  """(config, argument, overrides, verifier) of a method label."""
-  if label in METHODS:
-    return METHODS[label]
+def method_spec(label, task="arith"):
+  """(config, argument, overrides, verifier) of a method label of `task`."""
+  table = MULTITURN_METHODS if task == "multiturn" else METHODS
+  if label in table:
+    return table[label]
   if not os.path.exists(os.path.join("configs", f"{label}.py")):
     raise config_lib.ConfigError(
-        f"--methods: unknown method {label!r}; one of {', '.join(METHODS)}, "
+        f"--methods: unknown method {label!r}; one of {', '.join(table)}, "
         "sft_continue, or a config file in configs/.")
   return label, "", (), None
 
@@ -259,7 +292,7 @@ def _spec(config, arg, common):
   return f"configs/{config}.py:{','.join(a for a in (common, arg) if a)}"
 
 
-def fixed_costs(methods):
+def fixed_costs(methods, task="arith"):
   """{method: [(directory, stage)]}: the shared stages each method needs
   besides its own RL run (labels and verifier training), whose seconds the
   compute axis counts."""
@@ -267,21 +300,21 @@ def fixed_costs(methods):
   for label in methods:
     if label == "sft_continue":
       continue
-    verifier = method_spec(label)[3]
+    verifier = method_spec(label, task)[3]
     if verifier is not None:
       costs[label] = [("labels", "labels"), (VERIFIERS[verifier][2], "prm")]
   return costs
 
 
-def verifier_dirs(methods):
+def verifier_dirs(methods, task="arith"):
   """The verifier directories of a seed that `methods` train, in
   `VERIFIERS` order."""
-  used = {method_spec(m)[3] for m in methods if m != "sft_continue"}
+  used = {method_spec(m, task)[3] for m in methods if m != "sft_continue"}
   return [d for name, (_, _, d) in VERIFIERS.items() if name in used]
 
 
 def plan_seed(root, seed, methods, *, size, regime, overrides, eval_every,
-              sft_root, baseline):
+              sft_root, baseline, task="arith"):
   """[Run]: the shared stages and every method of one seed, each after the
   runs it needs (its SFT policy, label set and verifier)."""
   base = os.path.join(root, f"seed{seed}")
@@ -295,7 +328,7 @@ def plan_seed(root, seed, methods, *, size, regime, overrides, eval_every,
       raise FileNotFoundError(f"--sft_root: no finished SFT run in {sft_dir}.")
   else:
     sft_dir = os.path.join(base, "sft")
-    runs.append(Run(sft_dir, _spec("default", "", common),
+    runs.append(Run(sft_dir, _spec(SFT_CONFIGS[task], "", common),
                     seed_flags + ("stages=sft",)))
   sft_needs = () if sft_root else (sft_dir,)
   common += f",sft={sft_dir}"
@@ -303,10 +336,10 @@ def plan_seed(root, seed, methods, *, size, regime, overrides, eval_every,
   for label in methods:
     if label == "sft_continue":
       continue
-    config, arg, extra, verifier = method_spec(label)
+    config, arg, extra, verifier = method_spec(label, task)
     spec_arg, needs = arg, sft_needs
     if verifier is not None:
-      runs.append(Run(label_dir, _spec("pav", "", common),
+      runs.append(Run(label_dir, _spec(*LABELS_CONFIGS[task], common),
                       seed_flags + ("stages=sft,labels",), sft_needs))
       trainer, trainer_arg, name = VERIFIERS[verifier]
       prm_dir = os.path.join(base, name)
@@ -324,7 +357,8 @@ def plan_seed(root, seed, methods, *, size, regime, overrides, eval_every,
   if "sft_continue" in methods:
     baseline_dir = os.path.join(base, baseline)
     runs.append(Run(
-        os.path.join(base, "sft_continue"), _spec("default", "", sft_common),
+        os.path.join(base, "sft_continue"),
+        _spec(SFT_CONFIGS[task], "", sft_common),
         seed_flags + (f"sft.init_from={sft_dir}", "stages=sft,sft_continue"),
         sft_needs + (baseline_dir,), budget_from=baseline_dir))
   return runs
@@ -335,11 +369,14 @@ def main(argv):
   regime = _REGIME.value
   if regime not in config_presets.REGIMES:
     raise app.UsageError(f"--regime: one of {', '.join(config_presets.REGIMES)}.")
-  root = _WORKDIR.value or os.path.join("runs", f"compare_{regime}")
+  task = _TASK.value
+  root = _WORKDIR.value or os.path.join(
+      "runs", f"compare_{regime}" if task == "arith"
+      else f"compare_{task}_{regime}")
   methods = list(_METHODS.value)
   for label in methods:
     if label != "sft_continue":
-      method_spec(label)
+      method_spec(label, task)
   if _BASELINE.value not in methods:
     methods.insert(0, _BASELINE.value)
   # The baseline first: sft_continue's budget is its wall time.
@@ -352,7 +389,7 @@ def main(argv):
       runs += plan_seed(root, seed, [label], size=_SIZE.value, regime=regime,
                         overrides=_OVERRIDES.value,
                         eval_every=_EVAL_EVERY.value, sft_root=_SFT_ROOT.value,
-                        baseline=_BASELINE.value)
+                        baseline=_BASELINE.value, task=task)
   if _JOBS.value < 1:
     raise app.UsageError("--jobs: at least 1.")
   if _TARGET_EVALS.value < 1:
@@ -365,15 +402,17 @@ def main(argv):
     sys.exit(1)
   results = reports.summarize_comparison(
       root, methods, _SEEDS.value, _BASELINE.value,
-      fixed_costs=fixed_costs(methods), target_evals=_TARGET_EVALS.value)
+      fixed_costs=fixed_costs(methods, task), target_evals=_TARGET_EVALS.value)
   table = reports.comparison_table(results, _BASELINE.value,
                                    _TARGET_EVALS.value)
   signal = reports.diagnostics(root, methods, _SEEDS.value)
   regime_rows = reports.regime_statistics(root, _SEEDS.value, _BASELINE.value,
                                           _SFT_ROOT.value)
   verifiers = reports.verifier_statistics(root, _SEEDS.value,
-                                          verifier_dirs(methods))
+                                          verifier_dirs(methods, task))
   title = f"regime {regime}: {config_presets.REGIMES[regime]}"
+  if task != "arith":
+    title = f"{task} task, {title}"
   with open(os.path.join(root, "compare.md"), "w") as f:
     f.write(f"{title}\n\n{reports.regime_table(regime_rows, _BASELINE.value)}"
             f"\n\n{table}\n\nWhere the signal is (means over every RL step "
@@ -386,7 +425,7 @@ def main(argv):
   reports.plot_comparison(results, plot, title=title)
   metrics_lib.write_json_atomic(
       os.path.join(root, "compare.json"),
-      {"regime": {"name": regime, "seeds": regime_rows},
+      {"task": task, "regime": {"name": regime, "seeds": regime_rows},
        "target_evals": _TARGET_EVALS.value, "methods": results,
        "diagnostics": signal, "verifiers": verifiers})
   if _PLOT.value:

@@ -14,6 +14,13 @@ for each `--device_memory_gb` (GiB per device, comma-separated), whether it
 fits and the largest global batch (rows) that would. Exits with an error
 naming every program that does not fit the first memory given. With
 `--out`, also writes the table as JSON.
+
+A multi-turn task (`configs/multiturn.py`) rolls out episodes, so its plan
+holds the episode's programs in place of `rl/rollout`:
+`rl/episode_prefill` (the prompts into a new KV cache), `rl/episode_turn`
+(one policy turn decoded from the cache), `rl/episode_repack` (the cache
+repacked between turns) and `rl/episode_observation` (an observation
+appended to the cache), each at its largest cache.
 """
 
 import json

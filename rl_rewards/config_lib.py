@@ -614,9 +614,10 @@ def validate(config):
                          "reasoning_gym"),
            "task.name", f"unknown task {task.name!r}.")
   _require(task.name != "hidden_operands" or
-           set(stage_names(config)) <= {"sft", "rl", "sft_continue"},
-           "stages", "the multi-turn task runs sft and rl only (its turn "
-           "labels are the task's own: rl.prm_source='oracle').")
+           set(stage_names(config)) <= {"sft", "labels", "prm", "rl",
+                                        "sft_continue"},
+           "stages", "the multi-turn task runs sft, labels, prm and rl "
+           "(prm_eval scores single-turn solutions).")
   for key in ("max_turns", "max_turn_tokens"):
     _require(task[key] >= 1, f"task.{key}", f"must be >= 1, got {task[key]}.")
   for key in ("max_observation_tokens", "num_distractors"):

@@ -25,6 +25,8 @@ here.
   fapo          flawed-positive penalty, then GRPO     (rl.fapo.*)
   capo          token penalty on critic-marked steps   (rl.capo.*)
   mrt           outcome + α·progress per episode       (rl.mrt.*)
+  igpo          information-gain turn rewards          (rl.igpo.*)
+  spa_rl        online progress estimator, Σ c_k ≈ R   (rl.spa_rl.*)
 
 Each method's module is `runners/methods/<name>.py`.
 
@@ -253,8 +255,11 @@ def _validate_fapo(c):
 # ----------------------------------------------------------------- capo ---
 
 # CAPO (Xie et al.): token reward w_whole * outcome - w_process on the
-# tokens of steps scored below threshold (one critique per response).
-_CAPO = dict(w_whole=2.0, w_process=1.0, threshold=0.5)
+# tokens of steps the critiques mark wrong: one greedy critique (a score
+# below threshold), or `critiques` sampled ones combined by `voting`.
+_CAPO = dict(w_whole=2.0, w_process=1.0, threshold=0.5, critiques=1,
+             voting="majority")
+CAPO_VOTING = ("majority", "intersection", "average")  # core.critiques'.
 
 
 def _validate_capo(c):
@@ -263,19 +268,27 @@ def _validate_capo(c):
            f"a wrong step stays above an incorrect one), got {c.w_process}.")
   _require(0 < c.threshold <= 1, "capo.threshold",
            f"must be in (0, 1], got {c.threshold}.")
+  _require(isinstance(c.critiques, int) and c.critiques >= 1,
+           "capo.critiques", f"must be an integer >= 1, got {c.critiques!r}.")
+  _require(c.voting in CAPO_VOTING, "capo.voting",
+           f"must be one of {CAPO_VOTING}, got {c.voting!r}.")
 
 
 # ------------------------------------------------------------------ mrt ---
 
 # MRT (Qu et al.): outcome advantage + alpha * progress of the success after
 # each step; reference previous (J_j - J_{j-1}) | prompt (J_j - J(question)).
-_MRT = dict(alpha=0.5, reference="previous")
+# j: where J comes from, the loop's step scores (Q of each step prefix) or
+# the forced answer's exact probability after each prefix (answer probe).
+_MRT = dict(alpha=0.5, reference="previous", j="scores")
 MRT_REFERENCES = ("previous", "prompt")
+MRT_J = ("scores", "forced")
 
 
 def _validate_mrt(c):
   _require(c.reference in MRT_REFERENCES, "mrt.reference",
            f"must be one of {MRT_REFERENCES}, got {c.reference!r}.")
+  _require(c.j in MRT_J, "mrt.j", f"must be one of {MRT_J}, got {c.j!r}.")
   _require(c.alpha >= 0, "mrt.alpha", f"must be >= 0, got {c.alpha}.")
 
 
@@ -289,6 +302,39 @@ _GRA = dict(threshold=1.0, turn_reward=0.1)
 def _validate_gra(c):
   _require(c.turn_reward >= 0, "gra.turn_reward",
            f"must be >= 0, got {c.turn_reward}.")
+
+
+# --------------------------------------------------------------- spa_rl ---
+
+# SPA-RL (Wang et al.): an online progress estimator (its own optimizer,
+# learning_rate) whose per-turn contributions sum to the outcome; turn reward
+# contribution_coef * c_k + grounding_coef * g_k, plus outcome_coef * R in
+# every return.
+_SPA_RL = dict(learning_rate=1e-4, contribution_coef=1.0, grounding_coef=0.5,
+               outcome_coef=0.0)
+
+
+def _validate_spa_rl(c):
+  _require(c.learning_rate > 0, "spa_rl.learning_rate",
+           f"must be > 0, got {c.learning_rate}.")
+  for key in ("contribution_coef", "grounding_coef", "outcome_coef"):
+    _require(c[key] >= 0, f"spa_rl.{key}", f"must be >= 0, got {c[key]}.")
+
+
+# ----------------------------------------------------------------- igpo ---
+
+# IGPO (Wang et al.): turn reward = gain of P(true answer), the outcome on
+# the answer turn; group z-score (norm: joint | separate), then discounted
+# sums over turns with gamma (the released code's 1.0).
+_IGPO = dict(gamma=1.0, norm="joint")
+IGPO_NORMS = ("joint", "separate")  # core.igpo's.
+
+
+def _validate_igpo(c):
+  _require(0 <= c.gamma <= 1, "igpo.gamma",
+           f"must be in [0, 1], got {c.gamma}.")
+  _require(c.norm in IGPO_NORMS, "igpo.norm",
+           f"must be one of {IGPO_NORMS}, got {c.norm!r}.")
 
 
 # ---------------------------------------------------------------- table ---
@@ -328,6 +374,8 @@ METHODS = {
     "capo": MethodSpec("capo.CAPO", _CAPO, _validate_capo),
     "mrt": MethodSpec("mrt.MRT", _MRT, _validate_mrt),
     "gra": MethodSpec("gra.GRA", _GRA, _validate_gra),
+    "igpo": MethodSpec("igpo.IGPO", _IGPO, _validate_igpo),
+    "spa_rl": MethodSpec("spa_rl.SPARL", _SPA_RL, _validate_spa_rl),
 }
 
 

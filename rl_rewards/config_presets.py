@@ -183,8 +183,9 @@ def use_step_scores(config, source: str, *, sft: str = "", labels: str = "",
 def use_multiturn_task(config, distractors: int = 0):
   """Switches `config.task` to the multi-turn hidden-operands task, its
   episode budget sized for the longest chain (`task.max_ops`): turn labels
-  come from the task's checker (`rl.prm_source="oracle"`), as the labels
-  and prm stages do not run on episodes.
+  come from the task's checker (`rl.prm_source="oracle"`) until
+  `use_step_scores(config, "model")` asks for a trained turn verifier (the
+  labels and prm stages on episodes: a turn is a step).
 
   Returns:
     The config, with the task's multi-turn keys and `rl.prm_source`.

@@ -13,6 +13,8 @@ write the run's files call `point(name)`:
   labels.shard       a label shard is written, not yet renamed
   metrics.write      half of a metrics record is written (a torn line)
   json.write         config.json or summary.json is written, not yet renamed
+  episodes.turn      a multi-turn rollout is between two turns (the cache
+                     and the environments' state only in memory)
 
 With `RL_REWARDS_KILL_AT=NAME:N[:DELAY]` in the environment, the process
 kills itself with SIGKILL at the N-th call of `point(NAME)` (counted from 1
@@ -31,7 +33,8 @@ import threading
 KILL_ENV = "RL_REWARDS_KILL_AT"
 TRACE_ENV = "RL_REWARDS_KILL_TRACE"
 NAMES = ("checkpoint.save", "checkpoint.saved", "checkpoint.done",
-         "labels.shard", "metrics.write", "json.write")
+         "labels.shard", "metrics.write", "json.write",
+         "episodes.turn")
 
 _counts: dict[str, int] = {}
 _config = None  # (name, n, delay) or (), parsed once.

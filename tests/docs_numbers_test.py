@@ -24,6 +24,8 @@ SECTIONS = (
     ("docs/performance.md", "## Training step against PyTorch/transformers"),
     ("docs/performance.md", "## Credit-assignment estimators against verl"),
     ("docs/performance.md", "## Sampler against transformers `generate`"),
+    ("docs/performance.md",
+     "## Multi-turn episodes beside the single-turn sampler"),
 )
 
 

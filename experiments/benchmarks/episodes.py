@@ -9,9 +9,13 @@ stopping on EOS. Reported: episode tokens (policy + observations) per
 second on both sides, policy tokens per second, turns per episode, and the
 ratio; times are medians of `--repeats` calls after one warm-up call each
 (compile time reported apart), the two sides alternating so that machine
-noise hits both.
+noise hits both. Both sample at temperature 1 with the same key.
 
-  python -m experiments.benchmarks.episodes --out=/tmp/episodes.json
+  python -m experiments.benchmarks.episodes --model_size=tiny,small \
+      --batches=64 --out=docs/results/episodes.json
+
+The table of docs/performance.md is rendered from that file
+(`python -m experiments.benchmarks.results docs/results/episodes.json`).
 """
 
 import json
@@ -33,8 +37,9 @@ from rl_rewards.tasks import tokenizer as tokenizer_lib
 
 _OUT = flags.DEFINE_string("out", None, "Where to write the JSON results.",
                            allow_override=True)
-_SIZE = flags.DEFINE_string("model_size", "tiny", "Model preset.")
-_BATCHES = flags.DEFINE_list("batches", ["16", "64"], "Batch sizes.",
+_SIZES = flags.DEFINE_list("model_size", ["tiny"],
+                           "Model presets, comma-separated.")
+_BATCHES = flags.DEFINE_list("batches", ["64"], "Batch sizes.",
                             allow_override=True)
 _EPISODE_TOKENS = flags.DEFINE_integer(
     "episode_tokens", 96, "G: tokens after the prompt on both sides.")
@@ -44,7 +49,7 @@ _OBSERVATION = flags.DEFINE_string("observation", "x1=07\n",
                                    "The environment's reply to every turn.")
 _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 24, "Prompt slots.",
                                    allow_override=True)
-_REPEATS = flags.DEFINE_integer("repeats", 2, "Timed calls per side.",
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed calls per side.",
                                 allow_override=True)
 
 
@@ -68,7 +73,7 @@ def _seconds(fn):
   return time.perf_counter() - start
 
 
-def _bench(cfg, params, tokenizer, batch):
+def _bench(size, cfg, params, tokenizer, batch):
   problems = hidden_operands.make_problems(
       hidden_operands.HiddenOperandsConfig(), "train", range(batch))
   prompts, mask = tokenizer_lib.encode_prompts(
@@ -103,14 +108,21 @@ def _bench(cfg, params, tokenizer, batch):
   single_s, multi_s = statistics.median(single_s), statistics.median(multi_s)
   episode_tokens = int(out.lengths.sum())
   policy_tokens = int(out.response_mask.sum())
+  # A turn's decode loop runs until the batch's longest turn ends: the
+  # decode steps of the episodes, against the single-turn side's G.
+  decode_steps = sum(int((out.turn_ids == k).sum(axis=1).max())
+                     for k in range(int(out.num_turns.max())))
   return {
-      "size": _SIZE.value, "batch": batch, "episode_tokens": total,
+      "size": size, "params": models.num_params(cfg),
+      "vocab_size": cfg.vocab_size, "batch": batch, "episode_tokens": total,
+      "prompt_len": _PROMPT_LEN.value,
       "turn_tokens": _TURN_TOKENS.value,
       "single_tokens_per_s": batch * total / single_s,
       "episode_tokens_per_s": episode_tokens / multi_s,
       "policy_tokens_per_s": policy_tokens / multi_s,
       "ratio": (episode_tokens / multi_s) / (batch * total / single_s),
       "mean_turns": float(out.num_turns.mean()),
+      "episode_decode_steps": decode_steps,
       "filled": episode_tokens / (batch * total),
       "single_s": single_s, "episodes_s": multi_s,
       "single_first_call_s": single_compile,
@@ -119,12 +131,13 @@ def _bench(cfg, params, tokenizer, batch):
 
 
 def _print_table(rows):
-  header = ("batch", "G", "turns", "single tok/s", "episode tok/s",
+  header = ("size", "batch", "G", "turns", "single tok/s", "episode tok/s",
             "policy tok/s", "episode/single")
   print(" | ".join(header))
   for r in rows:
     print(" | ".join([
-        str(r["batch"]), str(r["episode_tokens"]), f"{r['mean_turns']:.1f}",
+        r["size"], str(r["batch"]), str(r["episode_tokens"]),
+        f"{r['mean_turns']:.1f}",
         f"{r['single_tokens_per_s']:.0f}", f"{r['episode_tokens_per_s']:.0f}",
         f"{r['policy_tokens_per_s']:.0f}", f"{r['ratio']:.2f}"]))
 
@@ -133,13 +146,14 @@ def main(argv):
   del argv
   start = results.started()
   tokenizer = hidden_operands.make_tokenizer()
-  cfg = models.preset(_SIZE.value, tokenizer.vocab_size)
-  params = models.init_params(cfg, jax.random.key(0))
   rows = []
-  for batch in _BATCHES.value:
-    row = _bench(cfg, params, tokenizer, int(batch))
-    rows.append(row)
-    print(json.dumps(row), flush=True)
+  for size in _SIZES.value:
+    cfg = models.preset(size, tokenizer.vocab_size)
+    params = models.init_params(cfg, jax.random.key(0))
+    for batch in _BATCHES.value:
+      row = _bench(size, cfg, params, tokenizer, int(batch))
+      rows.append(row)
+      print(json.dumps(row), flush=True)
   print(f"\ncpus: {os.cpu_count()}, backend: {jax.default_backend()}")
   _print_table(rows)
   if _OUT.value:

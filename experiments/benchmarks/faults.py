@@ -22,7 +22,10 @@ reference. A kill is either
   (optionally a few hundred ms later, inside orbax's write), the moment after
   a save, inside the done marker's write, inside a label shard's write, half
   way through a metrics record, inside the summary's write — N drawn over the
-  occurrences the reference run passed.
+  occurrences the reference run passed. (A multi-turn rollout also passes
+  `episodes.turn`, between two turns of its episodes; the four-stage
+  pipeline here never does: tests/runners/multiturn_resume_test.py kills a
+  multi-turn run there.)
 
 After each kill the workdir is inspected: the stage running (the first one not
 marked done) and what the kill left half-written (an orbax temporary

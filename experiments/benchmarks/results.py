@@ -172,6 +172,22 @@ def sampler_table(data: dict) -> str:
   return "\n".join(lines)
 
 
+def episodes_table(data: dict) -> str:
+  lines = ["| model | batch | prompt + G | turns per episode | decode steps: "
+           "episodes / single-turn | single-turn sampler (tokens/s) | "
+           "episodes (tokens/s) | episodes: policy tokens/s | episodes ÷ "
+           "single-turn |", "|---|---|---|---|---|---|---|---|---|"]
+  for r in data["rows"]:
+    lines.append(
+        f"| {r['size']} ({r['params'] / 1e6:.1f} M) | {r['batch']} | "
+        f"{r['prompt_len']} + {r['episode_tokens']} | {r['mean_turns']:.1f} "
+        f"| {r['episode_decode_steps']} / {r['episode_tokens']} "
+        f"| {_num(r['single_tokens_per_s'])} | "
+        f"{_num(r['episode_tokens_per_s'])} | "
+        f"{_num(r['policy_tokens_per_s'])} | {_ratio(r['ratio'], 2)} |")
+  return "\n".join(lines)
+
+
 VERIFIER_NAMES = {"exact": "exact", "gsm8k": "GSM8K", "math": "math-verify",
                   "reasoning_gym": "reasoning-gym",
                   "step_checker": "step checker"}
@@ -314,6 +330,7 @@ TABLES = {
     "train_step": (train_step_table,),
     "advantages": (advantages_table,),
     "sampler": (sampler_table,),
+    "episodes": (episodes_table,),
     "hostile": (hostile_table,),
     "faults": (faults_table, faults_stage_table),
     "search": (search_table, best_of_n_table),
@@ -325,6 +342,7 @@ TARGETS = {
     "train_step": "docs/performance.md",
     "advantages": "docs/performance.md",
     "sampler": "docs/performance.md",
+    "episodes": "docs/performance.md",
     "hostile": "docs/reliability.md",
     "faults": "docs/reliability.md",
     "search": "docs/prm_evaluation.md",

@@ -27,12 +27,14 @@ from rl_rewards.core.advantages import reinforce_plus_plus
 from rl_rewards.core.advantages import reinforce_plus_plus_baseline
 from rl_rewards.core.critiques import capo_token_rewards
 from rl_rewards.core.critiques import fapo_rewards
+from rl_rewards.core.critiques import sample_critiques
 from rl_rewards.core.critiques import vote_wrong_steps
 from rl_rewards.core.filters import kept_group_advantages
 from rl_rewards.core.filters import prof_keep_mask
 from rl_rewards.core.filters import prof_scores
 from rl_rewards.core.gated_rewards import posterior_rewards
 from rl_rewards.core.gated_rewards import trust_weighted_rewards
+from rl_rewards.core.igpo import igpo_advantages
 from rl_rewards.core.losses import aggregate_loss
 from rl_rewards.core.losses import clipped_surrogate_loss
 from rl_rewards.core.losses import implicit_prm_ce_loss
@@ -78,6 +80,7 @@ from rl_rewards.core.returns import min_form_returns
 from rl_rewards.core.returns import reward_to_go
 from rl_rewards.core.returns import step_returns
 from rl_rewards.core.returns import token_min_form_returns
+from rl_rewards.core import spa
 from rl_rewards.core.segments import broadcast_to_tokens
 from rl_rewards.core.segments import last_valid_index
 from rl_rewards.core.segments import num_steps_per_row
@@ -114,6 +117,7 @@ __all__ = (
     "group_advantages",
     "group_reduce",
     "group_statistics",
+    "igpo_advantages",
     "grpo_process_advantages",
     "implicit_prm_ce_loss",
     "implicit_prm_ce_row_losses",
@@ -174,5 +178,6 @@ __all__ = (
     "tp_grpo_advantages",
     "trust_weighted_rewards",
     "value_loss",
+    "sample_critiques",
     "vote_wrong_steps",
 )

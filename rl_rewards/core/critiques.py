@@ -28,12 +28,48 @@ these functions take the parsed verdicts as arrays.
   an unparsable verdict counts as not flawed.
 """
 
+import jax
 import jax.numpy as jnp
 
 from rl_rewards.core import _checks
 from rl_rewards.core import segments
 
 VOTING_RULES = ("majority", "intersection", "average")
+
+
+def sample_critiques(key, step_scores, step_mask, num_critiques: int):
+  """C critiques per response, sampled from a generative verifier's scores.
+
+  A generative verifier that scores step k with P(correct) = s_{i,k} (the
+  probability of its "correct" verdict token) gives, sampled at
+  temperature 1, a critique that marks the step wrong with probability
+  1 − s_{i,k}; C samples are C independent critiques of the response:
+
+    f_{i,c,k} = 1[u_{i,c,k} ≥ s_{i,k}]·m_{i,k},   u ~ U[0, 1).
+
+  Scores of exactly 0 or 1 (a step checker) give the same verdict in every
+  critique.
+
+  Args:
+    key: a PRNG key.
+    step_scores: [B, S] P(step k is correct).
+    step_mask: [B, S] 1 on the response's steps.
+    num_critiques: C ≥ 1.
+
+  Returns:
+    [B, C, S] bool: critique c marks step k wrong.
+  """
+  fn = "sample_critiques"
+  scores = _checks.as_float(step_scores, "step_scores", fn)
+  _checks.check_rank(scores, 2, "step_scores", fn, "[B, S]")
+  mask = _checks.as_mask(step_mask, "step_mask", fn)
+  _checks.check_same_shape([scores, mask], ["step_scores", "step_mask"], fn)
+  if num_critiques < 1:
+    raise ValueError(f"{fn}: num_critiques must be >= 1, got "
+                     f"{num_critiques}.")
+  u = jax.random.uniform(key, (scores.shape[0], num_critiques,
+                               scores.shape[1]))
+  return (u >= scores[:, None, :]) & mask[:, None, :]
 
 
 def vote_wrong_steps(step_flags, critique_mask=None, *,

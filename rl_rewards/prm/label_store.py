@@ -21,6 +21,13 @@ A record (one solution) holds:
   v, v_rollouts             V̂ of the question (null: not estimated)
   oracle   [K] ground-truth step labels, or null when the task has none
   first_error               the oracle's first wrong step (−1: none), or null
+
+and, for a multi-turn episode (optional, absent for single-turn solutions):
+
+  turn_ids [len(response_ids)] the turn of each response token, −1 on the
+           environment's observations; the K turns are the steps (the
+           verifier scores each at its turn's last token, never an
+           observation)
 """
 
 import json
@@ -136,11 +143,33 @@ def validate_record(record, where: str):
       raise errors.InputError(
           f"{where}: q values must be in [0, 1] or null, got "
           f"{q!r}.")
+  if record.get("turn_ids") is not None:
+    _validate_turn_ids(record, num_steps, where)
   if any(h not in (0, 1) for h in record["hard"]):
     raise errors.InputError(f"{where}: hard labels must be 0 or 1.")
   if not all(isinstance(t, int) for t in record["response_ids"] +
              record["prompt_ids"]):
     raise errors.InputError(f"{where}: token ids must be ints.")
+
+
+def _validate_turn_ids(record, num_steps: int, where: str):
+  """An episode's `turn_ids`: one per response token, −1 or a turn in
+  0..K−1, non-decreasing over the turns' tokens, each turn present."""
+  ids = record["turn_ids"]
+  if not isinstance(ids, list) or not all(
+      isinstance(t, int) and not isinstance(t, bool) for t in ids):
+    raise errors.InputError(f"{where}: field 'turn_ids' must be a list of "
+                            "ints.")
+  if len(ids) != len(record["response_ids"]):
+    raise errors.InputError(
+        f"{where}: field 'turn_ids' has {len(ids)} entries, 'response_ids' "
+        f"has {len(record['response_ids'])}.")
+  turns = [t for t in ids if t != -1]
+  if (any(t < -1 for t in ids) or turns != sorted(turns) or
+      sorted(set(turns)) != list(range(num_steps))):
+    raise errors.InputError(
+        f"{where}: field 'turn_ids' must number the {num_steps} turns 0.."
+        f"{num_steps - 1} in order (−1 on observations).")
 
 
 def read_shard(path: str) -> list[dict]:

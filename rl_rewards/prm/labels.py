@@ -31,6 +31,10 @@ The prover can be the policy itself, Best-of-K of it (labels Q̂^π are
 stored, and Q^BoK = 1 − (1 − Q̂^π)^K is derived from them where needed, which
 is exact for a Best-of-K prover and K times cheaper than rolling it out), or
 another checkpoint.
+
+Multi-turn episodes are labelled per turn (`label_episodes`, below): the
+prefix through turn k with its observation is continued by prover episodes,
+the environment restored by replaying the prefix's turns.
 """
 
 import dataclasses
@@ -39,6 +43,7 @@ from typing import Any, Callable, Optional, Sequence
 import jax
 import numpy as np
 
+from rl_rewards import errors
 from rl_rewards import progress
 from rl_rewards.rollout import sampler as sampler_lib
 
@@ -469,3 +474,259 @@ LABEL_METHODS = {
     "mc": monte_carlo_labels,
     "binary_search": binary_search_labels,
 }
+
+
+# ------------------------------------------------------------- episodes ---
+#
+# A multi-turn episode (`rollout.episodes`) is labelled per turn: a turn is
+# a step. The prefix through turn k is the prompt, the first k turns and
+# the environment's observation after each of them; the prover continues
+# it (`EpisodeProver.continue_prefixes`: the environment's state restored
+# by replaying the prefix's turns, the policy going on from the prefix in
+# its KV cache) and Q̂_k is the mean success of m continuations. As for
+# single-turn solutions, the final turn's Q̂ is the episode's own outcome
+# and the empty prefix's is V̂.
+
+
+@dataclasses.dataclass
+class EpisodeSolution:
+  """A sampled episode to label (host data).
+
+  Attributes:
+    problem: the task problem.
+    split: the problem's split.
+    index: its index in the split's stream.
+    prompt_ids: the real prompt tokens.
+    response_ids: the episode's tokens after the prompt: the policy's turns
+      and the observations between them.
+    turn_ids: the turn of each token of `response_ids`, −1 on observations.
+    finished: the episode ended on its own (done or EOS), not cut by the
+      context.
+    outcome: the episode's reward (1.0 / 0.0).
+    text: the decoded episode (turns and observations).
+    actions: the text of each turn.
+  """
+  problem: Any
+  split: str
+  index: int
+  prompt_ids: list
+  response_ids: list
+  turn_ids: list
+  finished: bool
+  outcome: float
+  text: str
+  actions: list
+
+  @property
+  def num_steps(self) -> int:
+    return len(self.actions)
+
+  def turns(self, num_turns: int) -> tuple:
+    """Token ids of the first `num_turns` turns (a tuple of tuples)."""
+    ids = np.asarray(self.response_ids)
+    turn_of = np.asarray(self.turn_ids)
+    return tuple(tuple(ids[turn_of == j].tolist()) for j in range(num_turns))
+
+  def prefix_length(self, num_turns: int) -> int:
+    """Response tokens of the prefix through `num_turns` turns (their
+    observations included): everything before turn `num_turns`."""
+    if num_turns == 0:
+      return 0
+    if num_turns >= self.num_steps:
+      return len(self.response_ids)
+    return self.turn_ids.index(num_turns)
+
+
+def episode_solutions(task, problems, splits, indices, out) -> list:
+  """`EpisodeSolution`s of sampled episodes (an `episodes.EpisodeOutput`),
+  scored by the task (`task.score` of the turns' texts)."""
+  prompt_width = out.tokens.shape[1] - int(task.max_new_tokens)
+  rewards = task.score(list(problems), out.actions, ~out.truncated).rewards
+  result = []
+  for r, problem in enumerate(problems):
+    span = slice(prompt_width, prompt_width + int(out.lengths[r]))
+    prompt = out.tokens[r, :prompt_width][
+        out.attention_mask[r, :prompt_width].astype(bool)]
+    response = out.tokens[r, span].tolist()
+    result.append(EpisodeSolution(
+        problem=problem, split=splits[r], index=int(indices[r]),
+        prompt_ids=prompt.tolist(), response_ids=response,
+        turn_ids=out.turn_ids[r, span].tolist(),
+        finished=not bool(out.truncated[r]), outcome=float(rewards[r]),
+        text=task.tokenizer.decode(np.asarray(response, np.int32),
+                                   errors="replace"),
+        actions=list(out.actions[r])))
+  return result
+
+
+class EpisodeProver:
+  """Samples and continues episodes of a multi-turn task with fixed params.
+
+  Calls are padded to a fixed number of rows (`rows`, when given), so every
+  call compiles the same programs.
+  """
+
+  def __init__(self, task, model_config, params, *, temperature: float,
+               top_p: float = 1.0):
+    self.task = task
+    self.model_config = model_config
+    self.params = params
+    self.temperature = temperature
+    self.top_p = top_p
+
+  def sample(self, problems, rng, *, num_samples: int):
+    """`num_samples` episodes per problem, contiguous (`EpisodeOutput`)."""
+    return self.task.sample_episodes(
+        self.model_config, self.params, problems, rng,
+        temperature=self.temperature, top_p=self.top_p,
+        num_samples=num_samples)
+
+  def continue_prefixes(self, problems, prefix_turns, rng, *, rows: int = 0):
+    """One continuation of each prefix (all with the same number of turns).
+
+    Returns:
+      (rewards [N] float, N lists of response token ids (the whole
+      episodes after the prompt), policy tokens generated).
+    """
+    problems, prefix_turns = list(problems), list(prefix_turns)
+    count = len(problems)
+    if rows > count:
+      problems += problems[:1] * (rows - count)
+      prefix_turns += prefix_turns[:1] * (rows - count)
+    out = self.task.continue_episodes(
+        self.model_config, self.params, problems, prefix_turns, rng,
+        temperature=self.temperature, top_p=self.top_p)
+    rewards = self.task.score(problems, out.actions, ~out.truncated).rewards
+    width = out.tokens.shape[1] - int(self.task.max_new_tokens)
+    responses = [out.tokens[r, width:width + int(out.lengths[r])].tolist()
+                 for r in range(count)]
+    prefix_tokens = sum(len(t) for turns in prefix_turns[:count]
+                        for t in turns)
+    generated = int(out.response_mask[:count].sum()) - prefix_tokens
+    return np.asarray(rewards[:count], np.float64), responses, generated
+
+
+def episode_monte_carlo_labels(prover: EpisodeProver, solutions, *,
+                               num_rollouts: int, rng, batch_size: int):
+  """Per-turn Monte-Carlo labels of episodes (`monte_carlo_labels` per turn).
+
+    Q̂_k = c_k / m,  hard_k = 1[c_k > 0],  V̂ = Q̂ of the empty prefix,
+
+  with c_k the successes of m prover episodes that continue the prefix
+  through turn k and its observation; the final turn's Q̂ is the outcome.
+  The prover replays the prefix's turns through a fresh environment to
+  restore its state, which needs a deterministic environment: a
+  continuation whose prefix tokens (the replayed observations) differ from
+  the episode's raises. Identical prefixes (same problem, same turns) are
+  rolled out once; prefixes of k turns are continued together, in calls of
+  `batch_size` prefixes × m rows.
+
+  Returns:
+    (one dict per episode with `q` [K], `hard` [K], `rollouts` [K], `v`,
+    `v_rollouts` and `turn_ids`; stats dict with `prefixes`, `rollouts`,
+    `generated_tokens`).
+
+  Raises:
+    InputError: a replay that does not reproduce an episode's prefix.
+  """
+  table, keys, plan = [], {}, []
+  for solution in solutions:
+    rows = []
+    for k in range(solution.num_steps):
+      turns = solution.turns(k)
+      key = (_problem_key(solution), turns)
+      if key not in keys:
+        keys[key] = len(table)
+        table.append((solution, k, turns))
+      rows.append(keys[key])
+    plan.append(rows)  # rows[0]: empty prefix; rows[k]: through turn k.
+  by_turns = {}
+  for row, (_, k, _) in enumerate(table):
+    by_turns.setdefault(k, []).append(row)
+  correct = np.zeros((len(table),), np.int64)
+  generated = 0
+  calls = [(k, group[start:start + batch_size])
+           for k, group in sorted(by_turns.items())
+           for start in range(0, len(group), batch_size)]
+  for call, (k, chosen) in enumerate(progress.track(
+      calls, "labels: episode prefix rollouts", unit="batches")):
+    problems, turns = [], []
+    for row in chosen:
+      solution, _, prefix = table[row]
+      problems += [solution.problem] * num_rollouts
+      turns += [prefix] * num_rollouts
+    # Every call has the rows of a full one: one shape to compile.
+    rewards, responses, tokens = prover.continue_prefixes(
+        problems, turns, jax.random.fold_in(rng, call),
+        rows=batch_size * num_rollouts)
+    generated += tokens
+    for i, row in enumerate(chosen):
+      solution = table[row][0]
+      length = solution.prefix_length(k)
+      expected = solution.response_ids[:length]
+      for response in responses[i * num_rollouts:(i + 1) * num_rollouts]:
+        if response[:length] != expected:
+          raise errors.InputError(
+              f"episode {solution.split} #{solution.index}: replaying its "
+              f"first {k} turns gave other observations than the episode's; "
+              "turn labels need a deterministic environment.")
+    counts = rewards.reshape(len(chosen), num_rollouts).sum(axis=1)
+    correct[chosen] = np.rint(counts).astype(np.int64)
+  records = []
+  for solution, rows in zip(solutions, plan):
+    soft, hard = math_shepherd_labels(correct[rows],
+                                      np.full(len(rows), num_rollouts))
+    records.append({
+        "q": soft[1:].tolist() + [solution.outcome],
+        "hard": hard[1:].tolist() + [float(solution.outcome > 0)],
+        "rollouts": [num_rollouts] * (solution.num_steps - 1) + [0],
+        "v": float(soft[0]), "v_rollouts": num_rollouts,
+        "turn_ids": [int(t) for t in solution.turn_ids]})
+  stats = {"prefixes": len(table), "rollouts": len(table) * num_rollouts,
+           "generated_tokens": generated}
+  return records, stats
+
+
+def label_episodes(task, policy: EpisodeProver, prover: EpisodeProver,
+                   problems, split: str, indices, *,
+                   samples_per_problem: int, num_rollouts: int,
+                   batch_size: int, sample_rng, rollout_rng):
+  """Label records of episodes of `problems` (a labels-stage shard).
+
+  The policy samples `samples_per_problem` episodes per problem, and the
+  prefix through each turn (with its observation) gets `num_rollouts`
+  prover episodes that continue it (`episode_monte_carlo_labels`). The
+  records (`label_store`) carry `turn_ids`, so the prm stage trains on the
+  turns as steps, observation tokens never scored, and the task's per-turn
+  labels as `oracle`.
+
+  Returns:
+    (records, stats dict with `prefixes`, `rollouts`, `generated_tokens`,
+    `sampled_tokens`).
+  """
+  problems, indices = list(problems), list(indices)
+  n = samples_per_problem
+  out = policy.sample(problems, sample_rng, num_samples=n)
+  rows = [i for i in range(len(problems)) for _ in range(n)]
+  solutions = episode_solutions(task, [problems[i] for i in rows],
+                                [split] * len(rows),
+                                [indices[i] for i in rows], out)
+  records, stats = episode_monte_carlo_labels(
+      prover, solutions, num_rollouts=num_rollouts, rng=rollout_rng,
+      batch_size=batch_size)
+  scored = task.score([s.problem for s in solutions],
+                      [s.actions for s in solutions],
+                      np.ones((len(solutions),), bool))
+  result = []
+  for solution, record, oracle, first_error in zip(
+      solutions, records, scored.step_labels, scored.first_error):
+    result.append(dict(
+        split=solution.split, index=solution.index,
+        question=task.prompts([solution.problem])[0],
+        prompt_ids=[int(t) for t in solution.prompt_ids],
+        response_ids=[int(t) for t in solution.response_ids],
+        text=solution.text, finished=solution.finished,
+        outcome=solution.outcome, oracle=[bool(x) for x in oracle],
+        first_error=int(first_error), **record))
+  stats["sampled_tokens"] = int(out.response_mask.sum())
+  return result, stats

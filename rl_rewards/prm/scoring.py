@@ -48,9 +48,12 @@ CHUNK = models.DEFAULT_LOGITS_CHUNK
 
 
 def _prompt_end_index(attention_mask, step_ids):
-  """[B] index of the last prompt token (attended, outside the response)."""
-  is_prompt = (attention_mask > 0) & (step_ids < 0)
+  """[B] index of the last prompt token: attended, before the first
+  response token (an episode's observations, later, are not the prompt)."""
   positions = jnp.arange(step_ids.shape[1], dtype=jnp.int32)
+  first = jnp.min(jnp.where(step_ids >= 0, positions, step_ids.shape[1]),
+                  axis=1, keepdims=True)
+  is_prompt = (attention_mask > 0) & (step_ids < 0) & (positions < first)
   return jnp.maximum(jnp.max(jnp.where(is_prompt, positions, -1), axis=1), 0)
 
 

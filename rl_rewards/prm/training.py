@@ -54,7 +54,8 @@ def label_arrays(records, *, prompt_width: int, response_budget: int,
   """Label-set records -> fixed-shape training arrays (host numpy).
 
   Args:
-    records: label records (`label_store`).
+    records: label records (`label_store`); an episode's `turn_ids` are
+      its step ids (observation tokens out of the response).
     prompt_width: P.
     response_budget: G.
     num_steps: S.
@@ -90,9 +91,15 @@ def label_arrays(records, *, prompt_width: int, response_budget: int,
   except ValueError as e:
     raise ValueError(f"label records: {e} The labels were made with another "
                      "task configuration.") from None
-  raw_ids = np.asarray(_step_ids(
+  raw_ids = np.array(_step_ids(
       tokens, response, np.asarray(delimiter_mask, bool),
       eos_id=segmentation.eos_id_tuple(eos_id)))
+  for i, record in enumerate(records):
+    if record.get("turn_ids") is not None:  # An episode: turns are steps.
+      raw_ids[i] = -1
+      raw_ids[i, prompt_width:prompt_width + len(record["turn_ids"])] = (
+          record["turn_ids"])
+      response[i] = raw_ids[i] >= 0  # Observations are never scored.
   token_steps = raw_ids.max(axis=1) + 1
   step_ids = np.where(raw_ids < 0, raw_ids,
                       np.minimum(raw_ids, num_steps - 1)).astype(np.int32)

@@ -37,6 +37,13 @@ each policy token and −1 elsewhere (prompt, observations, padding), the
 convention of `step_ids` in `core.segments` (turn k ends at its last policy
 token), so every step-level function works per turn.
 
+`continue_episodes` goes on from given first turns of each row (e.g. to
+roll out a sampled episode's turn prefixes for Monte-Carlo turn labels): the
+environment's state is restored by replaying those turns through the
+freshly reset environment (a deterministic environment is required), the
+prompt and the prefix are prefilled into the cache, and the policy samples
+the turns after them.
+
 Randomness: the noise of row r's i-th policy token (counted over the whole
 episode) comes from fold_in(fold_in(rng, r), i), as in `sampler.sample`, so
 the first turn samples what `sample` samples with the same stop tokens, the
@@ -52,6 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl_rewards import errors
+from rl_rewards import kill_points
 from rl_rewards.envs import batched
 from rl_rewards.models import config as config_lib
 from rl_rewards.models import model as model_lib
@@ -218,6 +226,133 @@ def sample_episodes(cfg: config_lib.ModelConfig, params: Any,
   Returns:
     The `EpisodeOutput`.
   """
+  return _run_episodes(
+      cfg, params, env, problems, tokenizer, rng, None,
+      max_prompt_len=max_prompt_len, max_episode_tokens=max_episode_tokens,
+      max_turns=max_turns, max_turn_tokens=max_turn_tokens,
+      max_observation_tokens=max_observation_tokens,
+      end_of_turn_ids=end_of_turn_ids, eos_id=eos_id, pad_id=pad_id,
+      temperature=temperature, top_p=top_p, num_tokens=num_tokens,
+      encode_observation=encode_observation)
+
+
+def continue_episodes(cfg: config_lib.ModelConfig, params: Any,
+                      env: batched.BatchedEnv, problems: Sequence[Any],
+                      prefix_turns: Sequence[Sequence[Sequence[int]]],
+                      tokenizer: tokenizer_lib.Tokenizer, rng: jax.Array,
+                      **kwargs) -> EpisodeOutput:
+  """Episodes that go on from given first turns (the keyword arguments are
+  `sample_episodes`').
+
+  Row r's first k turns are `prefix_turns[r]` (token ids, e.g. a sampled
+  episode's turns); the policy samples the turns after them. The
+  environment's state after the prefix is restored by replaying it:
+  `env.reset(problems)`, then `env.step` with the decoded text of each
+  prefix turn in order, whose observations are encoded and appended as
+  `sample_episodes` appends them. This restores the state only for a
+  deterministic environment (the same actions after the same reset give the
+  same observations, rewards and state), which is what this function
+  requires; a caller can check it by comparing the returned prefix tokens
+  with the original episode's. The prompt and the prefix (turns and
+  observations) are prefilled into the KV cache, and decoding goes on from
+  there.
+
+  Every row has the same number k of prefix turns (the replay steps the
+  batched environment in lock step; k = 0 is `sample_episodes`), and no
+  prefix turn may end the episode (an EOS id, or a step the environment
+  calls done): a prefix stops where its episode went on. Row r's noise
+  offsets start after its prefix's policy tokens, as if it had sampled
+  them. In the output the prefix's turns are the episode's first k turns
+  (their `logprobs` are 0: they were not sampled here), with the replayed
+  rewards, infos and observations.
+
+  Raises:
+    InputError: rows with different k, k >= `max_turns`, a prefix turn
+      with no tokens or more than `max_turn_tokens`, a prefix that ends its
+      episode or leaves no room for another turn.
+  """
+  return _run_episodes(cfg, params, env, problems, tokenizer, rng,
+                       prefix_turns, **kwargs)
+
+
+def _replay_prefixes(env, prefix_turns, tokenizer, *, batch, total,
+                     turn_tokens, obs_limit, end_of_turn_ids, eos_ids,
+                     encode):
+  """Steps `env` (just reset) with every row's prefix turns.
+
+  Returns:
+    (k, per-row episode token lists, per-row turn id lists (−1 on
+    observations), actions, observations, infos, [B, k] rewards, [B, k]
+    turns without an end-of-turn id, observations cut).
+  """
+  prefix_turns = [[[int(t) for t in turn] for turn in row]
+                  for row in prefix_turns]
+  if len(prefix_turns) != batch:
+    raise errors.InputError(f"got {len(prefix_turns)} prefixes for {batch} "
+                            "problems.")
+  k = len(prefix_turns[0])
+  for row, turns in enumerate(prefix_turns):
+    if len(turns) != k:
+      raise errors.InputError(
+          f"prefix row {row} has {len(turns)} turns, row 0 has {k}: every "
+          "row of a call continues after the same number of turns.")
+    for j, ids in enumerate(turns):
+      if not 1 <= len(ids) <= turn_tokens:
+        raise errors.InputError(
+            f"prefix row {row}, turn {j}: {len(ids)} tokens; a turn has 1 to "
+            f"max_turn_tokens={turn_tokens}.")
+      if set(ids) & set(eos_ids):
+        raise errors.InputError(
+            f"prefix row {row}, turn {j} holds an EOS id, which ends the "
+            "episode: a prefix stops before its episode's end.")
+  tokens = [[] for _ in range(batch)]
+  turn_ids = [[] for _ in range(batch)]
+  actions = [[] for _ in range(batch)]
+  observations = [[] for _ in range(batch)]
+  infos = [[] for _ in range(batch)]
+  rewards = np.zeros((batch, k), np.float32)
+  unended = np.zeros((batch, k), bool)
+  cut = 0
+  for j in range(k):
+    texts = []
+    for row in range(batch):
+      ids = prefix_turns[row][j]
+      tokens[row].extend(ids)
+      turn_ids[row].extend([j] * len(ids))
+      texts.append(tokenizer.decode(np.asarray(ids, np.int32),
+                                    errors="replace"))
+      actions[row].append(texts[-1])
+      unended[row, j] = ids[-1] not in end_of_turn_ids
+    result = env.step(texts)
+    rewards[:, j] = result.rewards
+    for row in range(batch):
+      infos[row].append(result.infos[row])
+      if result.dones[row]:
+        raise errors.InputError(
+            f"prefix row {row}: the environment ended the episode at turn "
+            f"{j} of its prefix; a prefix stops before its episode's end.")
+      text = result.observations[row]
+      ids = list(encode(text)) if text else []
+      if len(ids) > obs_limit:
+        ids = ids[:obs_limit]
+        cut += 1
+      if len(tokens[row]) + len(ids) + 1 > total:
+        raise errors.InputError(
+            f"prefix row {row}: its {j + 1} turns and observations leave no "
+            f"room for another turn in max_episode_tokens={total}.")
+      tokens[row].extend(ids)
+      turn_ids[row].extend([-1] * len(ids))
+      observations[row].append(text if ids else "")
+  return (k, tokens, turn_ids, actions, observations, infos, rewards,
+          unended, cut)
+
+
+def _run_episodes(cfg, params, env, problems, tokenizer, rng, prefix_turns,
+                  *, max_prompt_len, max_episode_tokens, max_turns,
+                  max_turn_tokens, max_observation_tokens, end_of_turn_ids,
+                  eos_id=None, pad_id=None, temperature=1.0, top_p=1.0,
+                  num_tokens=None, encode_observation=None):
+  """`sample_episodes`, or `continue_episodes` with `prefix_turns`."""
   problems = list(problems)
   batch = len(problems)
   if batch == 0:
@@ -288,11 +423,45 @@ def sample_episodes(cfg: config_lib.ModelConfig, params: Any,
   observations = [[] for _ in range(batch)]
   infos = [[] for _ in range(batch)]
   observations_cut = 0
+  first_turn = 0
 
-  for turn in range(max_turns):
+  if prefix_turns is not None:
+    (first_turn, row_tokens, row_turn, actions, observations, infos,
+     prefix_rewards, prefix_unended, observations_cut) = _replay_prefixes(
+         env, prefix_turns, tokenizer, batch=batch, total=total,
+         turn_tokens=turn_tokens, obs_limit=obs_limit,
+         end_of_turn_ids=end_of_turn_ids, eos_ids=eos_ids, encode=encode)
+    if first_turn >= max_turns:
+      raise errors.InputError(
+          f"prefixes of {first_turn} turns leave no turn of max_turns="
+          f"{max_turns}.")
+    turn_rewards[:, :first_turn] = prefix_rewards
+    turn_mask[:, :first_turn] = True
+    turn_truncated[:, :first_turn] = prefix_unended
+    row_logprobs = [[0.0] * len(ids) for ids in row_tokens]
+    lengths = np.array([len(ids) for ids in row_tokens], np.int64)
+    sampled += np.array([sum(t >= 0 for t in ids) for ids in row_turn],
+                        np.int64)
+    if lengths.max() > 0:
+      # The whole prefix (turns and observations) in one prefill,
+      # left-padded as an observation is.
+      width = min(_observation_width(int(lengths.max()), total), total)
+      chunk = np.full((batch, width), pad_id, np.int32)
+      chunk_mask = np.zeros((batch, width), bool)
+      for row, ids in enumerate(row_tokens):
+        chunk[row, width - len(ids):] = ids
+        chunk_mask[row, width - len(ids):] = True
+      logits, cache = _append_observations(
+          params, cache, logits, live, chunk, chunk_mask, np.int32(end),
+          cfg=cfg, max_len=_bucket(sizes, end + width))
+      valid += lengths
+      used += lengths
+
+  for turn in range(first_turn, max_turns):
     if not live.any():
       break
     if turn > 0:
+      kill_points.point("episodes.turn")  # Between two turns of a batch.
       end = int(valid[live].max())
       cache = _repack(cache, live, np.int32(end),
                       max_len=_bucket(sizes, end + turn_tokens))

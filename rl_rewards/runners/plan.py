@@ -37,6 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl_rewards import models
+from rl_rewards.models import model as model_lib
+from rl_rewards.rollout import episodes
 from rl_rewards.rollout import sampler
 from rl_rewards.runners import context as context_lib
 from rl_rewards.runners import methods as methods_lib
@@ -146,6 +148,125 @@ def _sampler_program(name, model_config, params, mesh, prompts, prompt_len,
                                          prompt_len + new_tokens))
 
 
+def multi_turn(config) -> bool:
+  """Whether `config.task` rolls out multi-turn episodes
+  (`rollout.episodes.sample_episodes`) instead of single-turn samples."""
+  return config.task.name in MULTI_TURN_TASKS
+
+
+# Tasks whose rollout is `rollout.episodes.sample_episodes`.
+MULTI_TURN_TASKS = ("hidden_operands",)
+# The episode rollout's own jitted steps and widths, planned as it runs them.
+# pylint: disable=protected-access
+_episode_repack = episodes._repack
+_episode_observations = episodes._append_observations
+_observation_width = episodes._observation_width
+# pylint: enable=protected-access
+
+
+def _abstract_cache(model_config, rows, slots):
+  """A `KVCache` of `rows` x `slots` as sharded `ShapeDtypeStruct`s: the
+  shardings `init_cache` gives it under the active mesh and rules."""
+  init = jax.jit(lambda: model_lib.init_cache(model_config, rows, slots))
+  lowered = init.lower()
+  return context_lib.abstract_like(lowered.out_info,
+                                   lowered.compile().output_shardings)
+
+
+def episode_programs(task, model_config, params, mesh, rows: int,
+                     unit: int) -> list[ProgramBuilder]:
+  """The programs of a multi-turn rollout (`episodes.sample_episodes`) of
+  `task` (the config's section), as builders by rows (`rows` global rows,
+  in multiples of `unit`), each at its largest shapes:
+
+  * `rl/episode_prefill`: the prompts [B, P] into a new cache of the first
+    size, P + `max_turn_tokens` rounded up to a cache size
+    (`episodes.cache_sizes`);
+  * `rl/episode_turn`: one policy turn (`sampler.decode_from_cache`, up to
+    `max_turn_tokens` tokens) in the largest cache, P + G + margin slots
+    (G = `max_new_tokens`, the episode's slots after the prompt);
+  * `rl/episode_repack`: the cache repacked before a turn (a copy: the
+    input cache and the repacked one are both live);
+  * `rl/episode_observation`: an observation of `max_observation_tokens`
+    (its padded width) repacked into and prefilled in the largest cache.
+
+  Sampling is at temperature 1 (the noise of the turn is precomputed where
+  `sampler.decode_from_cache` does). The KV cache of each is given apart
+  (`kv_cache`, twice for the repack): an argument of the turn, repack and
+  observation programs (so part of their `inputs`), an output of the
+  prefill.
+  """
+  prompt_len, total = task.max_prompt_len, task.max_new_tokens
+  turn_tokens = task.max_turn_tokens
+  obs_width = _observation_width(task.max_observation_tokens,
+                                 task.max_observation_tokens)
+  sizes = episodes.cache_sizes(prompt_len, total, max(turn_tokens, obs_width))
+  first = next(s for s in sizes if s >= prompt_len + turn_tokens)
+  largest = sizes[-1]
+  batch = mesh_lib.batch_sharding(mesh)
+  replicated = mesh_lib.replicated(mesh)
+  vocab = model_config.vocab_size
+
+  def rows_of(n, width, dtype):
+    return jax.ShapeDtypeStruct((n, width), dtype, sharding=batch)
+
+  def per_row(n, dtype):
+    return jax.ShapeDtypeStruct((n,), dtype, sharding=batch)
+
+  scalar = jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
+  key = jax.eval_shape(lambda: jax.random.key(0))
+
+  def prefill(n):
+    fn = jax.jit(lambda p, t, m: model_lib.apply(
+        model_config, p, t, attention_mask=m,
+        cache=model_lib.init_cache(model_config, n, first), cache_index=0,
+        last_only=True))
+    return Program("rl/episode_prefill", n, first, fn,
+                   (params, rows_of(n, prompt_len, jnp.int32),
+                    rows_of(n, prompt_len, jnp.bool_)), params=params,
+                   kv_cache=kv_cache_bytes(model_config, mesh, n, first))
+
+  def turn(n):
+    fn = jax.jit(lambda p, cache, logits, positions, index, budgets,
+                 offsets, rng: sampler.decode_from_cache(
+                     model_config, p, cache, logits, positions, index, rng,
+                     budgets=budgets, noise_offsets=offsets,
+                     max_new_tokens=turn_tokens, temperature=1.0, top_p=1.0,
+                     eos_id=0, pad_id=0))
+    return Program("rl/episode_turn", n, largest, fn,
+                   (params, _abstract_cache(model_config, n, largest),
+                    rows_of(n, vocab, jnp.float32), per_row(n, jnp.int32),
+                    scalar, per_row(n, jnp.int32), per_row(n, jnp.int32),
+                    key), params=params,
+                   kv_cache=kv_cache_bytes(model_config, mesh, n, largest))
+
+  def repack(n):
+    fn = jax.jit(lambda cache, keep, end: _episode_repack(
+        cache, keep, end, max_len=largest))
+    return Program("rl/episode_repack", n, largest, fn,
+                   (_abstract_cache(model_config, n, largest),
+                    per_row(n, jnp.bool_), scalar),
+                   kv_cache=2 * kv_cache_bytes(model_config, mesh, n,
+                                               largest))
+
+  def observation(n):
+    fn = jax.jit(lambda p, cache, logits, keep, tokens, mask, end:
+                 _episode_observations(
+                     p, cache, logits, keep, tokens, mask, end,
+                     cfg=model_config, max_len=largest))
+    return Program("rl/episode_observation", n, largest, fn,
+                   (params, _abstract_cache(model_config, n, largest),
+                    rows_of(n, vocab, jnp.float32), per_row(n, jnp.bool_),
+                    rows_of(n, obs_width, jnp.int32),
+                    rows_of(n, obs_width, jnp.bool_), scalar),
+                   params=params,
+                   kv_cache=kv_cache_bytes(model_config, mesh, n, largest))
+
+  return [ProgramBuilder(name, rows, unit, build) for name, build in (
+      ("rl/episode_prefill", prefill), ("rl/episode_turn", turn),
+      ("rl/episode_repack", repack), ("rl/episode_observation", observation))]
+
+
 class _ScorerProgram:
   """Adapts a `ModelScorer` to `Program.fn` (`lower(*args)`)."""
 
@@ -171,13 +292,17 @@ def _update(name, rows, unit, length, fn, state, dtypes, mesh, widths=None):
   return ProgramBuilder(name, rows, unit, build)
 
 
-def _pass(name, rows, unit, length, fn, params, mesh):
+def _pass(name, rows, unit, length, fn, params, mesh, inputs=None):
   def build(n):
     batch = _rows(mesh, n, length, {"tokens": jnp.int32,
                                     "attention_mask": jnp.int32})
+    extra = [jax.ShapeDtypeStruct(
+        (n, length if width is None else width), dtype,
+        sharding=mesh_lib.batch_sharding(mesh))
+             for dtype, width in (inputs or {}).values()]
     return Program(name, n, length, fn,
-                   (*params, batch["tokens"], batch["attention_mask"]),
-                   params=params)
+                   (*params, batch["tokens"], batch["attention_mask"],
+                    *extra), params=params)
   return ProgramBuilder(name, rows, unit, build)
 
 
@@ -248,11 +373,25 @@ def pipeline_programs(config, model_config, mesh) -> list[ProgramBuilder]:
                                         mesh).lower(policy)
       sampled = context_lib.abstract_like(
           copied.out_info, copied.compile().output_shardings)
-    builders.append(ProgramBuilder(
-        "rl/rollout", rollout_rows, ways * cfg.group_size,
-        lambda rows: _sampler_program(
-            "rl/rollout", model_config, sampled, mesh, rows // cfg.group_size,
-            task.max_prompt_len, task.max_new_tokens, cfg.group_size)))
+    if multi_turn(config):
+      episode = episode_programs(task, model_config, sampled, mesh,
+                                 rollout_rows, ways * cfg.group_size)
+      builders.extend(episode)
+      rollout_names = [b.name for b in episode
+                       if b.name != "rl/episode_repack"]
+      if cfg.sampler_dtype or cfg.sampler_gather_fsdp:
+        # The sampler's copy is live while the cache is repacked, but not
+        # one of the repack's arguments (the policy's state is counted in
+        # `live` already).
+        consumed["rl/episode_repack"] = -per_device_bytes(sampled)
+    else:
+      rollout_names = ["rl/rollout"]
+      builders.append(ProgramBuilder(
+          "rl/rollout", rollout_rows, ways * cfg.group_size,
+          lambda rows: _sampler_program(
+              "rl/rollout", model_config, sampled, mesh,
+              rows // cfg.group_size, task.max_prompt_len,
+              task.max_new_tokens, cfg.group_size)))
     method = methods_lib.make(config)
     if cfg.kl_coef > 0 or method.reads_reference:
       builders.append(_pass("rl/reference_logprobs", rollout_rows, ways,
@@ -281,7 +420,8 @@ def pipeline_programs(config, model_config, mesh) -> list[ProgramBuilder]:
           per_device_bytes(prm_params) +
           (per_device_bytes(policy) if kind == "implicit" else 0))
     if not (cfg.sampler_dtype or cfg.sampler_gather_fsdp):
-      consumed["rl/rollout"] = per_device_bytes(policy)
+      for name in rollout_names:
+        consumed[name] = per_device_bytes(policy)
     # The policy update, then the method's own programs: the declarations
     # the RL stage jits.
     declared = ((programs.policy_update(config, model_config),) +
@@ -290,7 +430,7 @@ def pipeline_programs(config, model_config, mesh) -> list[ProgramBuilder]:
       if isinstance(planned, programs.Pass):
         params = abstract_params(model_config, mesh, planned.heads)
         builders.append(_pass(planned.name, rollout_rows, ways, length,
-                              planned.fn, (params,), mesh))
+                              planned.fn, (params,), mesh, planned.inputs))
         consumed[planned.name] = per_device_bytes(params)
         continue
       state, shardings = abstract_state(model_config, mesh, planned.tx,
@@ -319,7 +459,8 @@ class ProgramMemory:
     optimizer: optimizer-state bytes.
     inputs: the other arguments (batch arrays, keys).
     activations: temporaries (`temp_size_in_bytes`).
-    kv_cache: the sampler's KV cache (part of `activations`), else 0.
+    kv_cache: the sampler's KV cache (part of `activations`; for the
+      episode programs, part of `inputs`, see `episode_programs`), else 0.
     total: arguments + outputs − aliased + temporaries.
     resident: the stage's other state on the devices meanwhile (models and
       optimizer states this program does not take as arguments).

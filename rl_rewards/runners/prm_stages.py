@@ -11,6 +11,11 @@
   `problems_per_shard` problems are written to `<workdir>/labels/` as they
   finish; a killed run resumes after the last complete shard, and every
   shard's randomness depends only on (seed, shard).
+  On a multi-turn task (`task.multi_turn`) the solutions are episodes and
+  a turn is a step (`label_episode_shard`): the prefix through turn k,
+  with its observation, is continued by prover episodes whose environment
+  is restored by replaying the prefix's turns (a deterministic
+  environment), and the records carry `turn_ids` (observations −1).
 * prm: a score-head PRM/PAV (backbone initialised from the policy) trained
   with cross-entropy on the labels, or an implicit PRM (a copy of the
   policy trained on outcome labels); batches are a pure function of the
@@ -127,6 +132,8 @@ def check_config(config, workdir: str):
   """
   stages = config_lib.stage_names(config)
   prm = config.prm
+  if config.task.name == "hidden_operands":
+    _check_episode_config(config, stages)
   if "prm" not in stages or prm.init_from:
     return
   if prm.data == "file":
@@ -154,6 +161,13 @@ def check_config(config, workdir: str):
           f"config.{key}: the prm stage needs a complete label set: {e}"
       ) from None
     where = os.path.join(path, label_store.MANIFEST)
+    turn_level = config.task.name == "hidden_operands"
+    if bool(manifest.get("turn_level", False)) != turn_level:
+      raise config_lib.ConfigError(
+          f"config.{key}: {where} holds labels of "
+          f"{'single-turn solutions' if turn_level else 'episodes'}, but "
+          f"config.task.name={config.task.name!r} needs labels of "
+          f"{'episodes' if turn_level else 'single-turn solutions'}.")
     group_size = int(manifest["samples_per_problem"])
     available = (int(manifest["num_solutions"]) // group_size
                  if "num_solutions" in manifest else prm.label_problems)
@@ -165,6 +179,26 @@ def check_config(config, workdir: str):
     raise config_lib.ConfigError(
         f"config.prm.label_problems={prm.label_problems}: the label set holds "
         f"only {available} problems ({where}); use at most {available}.")
+
+
+def _check_episode_config(config, stages):
+  """What the labels and prm stages support on multi-turn episodes: every
+  turn labelled by Monte-Carlo rollouts (`labels.method="mc"`), a score-head
+  or generative verifier trained on those labels."""
+  if "labels" in stages and not config.labels.init_from:
+    if config.labels.method != "mc":
+      raise config_lib.ConfigError(
+          f"config.labels.method={config.labels.method!r}: episodes are "
+          "labelled per turn by Monte-Carlo rollouts; use mc.")
+  if "prm" in stages and not config.prm.init_from:
+    if config.prm.data != "labels":
+      raise config_lib.ConfigError(
+          f"config.prm.data={config.prm.data!r}: a turn verifier trains on "
+          "the labels stage's episodes; use labels.")
+    if config.prm.model not in ("head", "generative"):
+      raise config_lib.ConfigError(
+          f"config.prm.model={config.prm.model!r}: a turn verifier is a head "
+          "or generative verifier on episodes.")
 
 
 def policy_sampler(ctx, params, *, temperature: float,
@@ -240,6 +274,22 @@ def label_shard(ctx, policy, prover, shard: int) -> tuple[list, dict]:
   return out, stats
 
 
+def label_episode_shard(ctx, policy, prover, shard: int) -> tuple[list, dict]:
+  """`label_shard` for a multi-turn task: episodes labelled per turn
+  (`labels.label_episodes`), records with `turn_ids`."""
+  cfg = ctx.config.labels
+  first = shard * cfg.problems_per_shard
+  count = min(cfg.problems_per_shard, cfg.num_problems - first)
+  start = LABEL_INDEX_OFFSET + first
+  return labels_lib.label_episodes(
+      ctx.task, policy, prover, ctx.task.problems("train", start, count),
+      "train", range(start, start + count),
+      samples_per_problem=cfg.samples_per_problem,
+      num_rollouts=cfg.num_rollouts, batch_size=cfg.prefix_batch_size,
+      sample_rng=ctx.rng("labels/solutions", shard),
+      rollout_rng=ctx.rng("labels/rollouts", shard))
+
+
 def label_statistics(records) -> dict:
   """Summary statistics of label records (agreement with the oracle too)."""
   q = np.array([x for r in records for x in r["q"] if x is not None
@@ -311,13 +361,20 @@ def run_labels(ctx, policy_params) -> tuple[str, dict]:
   if cfg.prover == "checkpoint":
     prover_params = load_stage_params(ctx, cfg.prover_from, cfg.prover_stage,
                                       "labels.prover_from")
-  policy = policy_sampler(ctx, policy_params, temperature=cfg.temperature)
-  prover = policy_sampler(ctx, prover_params, temperature=cfg.temperature)
+  if getattr(ctx.task, "multi_turn", False):
+    policy, prover = (labels_lib.EpisodeProver(
+        ctx.task, ctx.model_config, params, temperature=cfg.temperature)
+                      for params in (policy_params, prover_params))
+    labeller = label_episode_shard
+  else:
+    policy = policy_sampler(ctx, policy_params, temperature=cfg.temperature)
+    prover = policy_sampler(ctx, prover_params, temperature=cfg.temperature)
+    labeller = label_shard
   for shard in range(num_shards):
     if shard in finished:
       continue
     t0 = time.time()
-    records, stats = label_shard(ctx, policy, prover, shard)
+    records, stats = labeller(ctx, policy, prover, shard)
     seconds = time.time() - t0
     record = label_statistics(records)
     record.update({"labels/prefixes": stats["prefixes"],
@@ -350,6 +407,8 @@ def run_labels(ctx, policy_params) -> tuple[str, dict]:
         "prover": cfg.prover, "prover_k": cfg.prover_k,
         "prover_from": cfg.prover_from,
         "delimiter": ctx.config.task.delimiter,
+        # Steps are the episodes' turns (records carry `turn_ids`).
+        "turn_level": bool(getattr(ctx.task, "multi_turn", False)),
         "prompt_width": ctx.task.max_prompt_len,
         "response_budget": ctx.task.max_new_tokens})
   ctx.writer.write(LABELS_STAGE, num_shards, summary)

@@ -198,12 +198,15 @@ class Pass:
     model: the trained model whose parameters it reads (its key in the RL
       state).
     heads: the heads of those parameters.
-    fn: the jitted `(params, tokens, attention_mask) -> [B, T]`.
+    fn: the jitted `(params, tokens, attention_mask, *inputs) -> [B, T]`.
+    inputs: its batch arguments after (tokens, attention_mask), in order:
+      {key: (dtype, width)}, width None for [B, T], else [B, width].
   """
   name: str
   model: str
   heads: tuple
   fn: Any
+  inputs: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

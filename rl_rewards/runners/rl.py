@@ -371,6 +371,13 @@ def run(ctx, params, ref_params=None, verifier=None):
              "step_end_mask": step_ends(out.step_ids),
              "old_logprobs": out.logprobs,
              "rewards": put_rows(scored.rewards)}
+    if method.reads_answers:  # The true answer of each row's problem.
+      answers, answer_mask = ctx.task.answer_tokens(
+          rollout_problems(ctx, step, rollout_rows(ctx)[0]))
+      batch["answer_tokens"] = put_rows(
+          np.repeat(answers, cfg.group_size, axis=0))
+      batch["answer_mask"] = put_rows(
+          np.repeat(answer_mask, cfg.group_size, axis=0))
 
     # Signals.
     if needs_reference:

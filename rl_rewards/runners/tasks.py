@@ -33,6 +33,25 @@ from rl_rewards.tasks import verifiers
 RL_INDEX_OFFSET = 10_000_000
 
 
+def answer_width(task_config) -> int:
+  """L of `answer_tokens` for the arith and hidden_operands tasks: "#", a
+  sign, the digits of `max_value` and the end (EOS or end of turn)."""
+  return len(str(task_config.max_value)) + 3
+
+
+def _answer_arrays(token_lists, width: int):
+  """(tokens [N, width] int32, mask [N, width] int32), right-padded with 0."""
+  tokens = np.zeros((len(token_lists), width), np.int32)
+  for row, ids in enumerate(token_lists):
+    if len(ids) > width:
+      raise errors.InputError(
+          f"answer {ids} of row {row} is longer than {width} tokens.")
+    tokens[row, :len(ids)] = ids
+  mask = (np.arange(width)[None, :] <
+          np.array([len(ids) for ids in token_lists])[:, None])
+  return tokens, mask.astype(np.int32)
+
+
 @dataclasses.dataclass(frozen=True)
 class Scored:
   """Verdicts for a batch of responses (host numpy arrays)."""
@@ -110,6 +129,19 @@ class ArithTask(_PromptEncoding):
   def references(self, problems) -> list[str]:
     return [arith.reference_solution(p, self.delimiter) for p in problems]
 
+  def answer_tokens(self, problems):
+    """The true final answer as the policy writes it after its last step:
+    the answer line ("#015") and EOS. Returns (tokens, mask) [N, L] int32,
+    L = `answer_width`."""
+    eos = self.tokenizer.stop_ids[0]
+    return _answer_arrays(
+        [self.tokenizer.encode(arith.reference_lines(p)[-1]) + [eos]
+         for p in problems], self._answer_width)
+
+  @property
+  def _answer_width(self) -> int:
+    return len(str(self.config.max_value)) + 3
+
   def decode_responses(self, tokens: np.ndarray, response_mask: np.ndarray):
     """Response texts (without EOS) of sampled rows [N, P + G]."""
     texts = []
@@ -185,6 +217,13 @@ class HiddenOperandsTask(ArithTask):
   def references(self, problems) -> list[str]:
     return ["".join(hidden_operands.reference_actions(p)) for p in problems]
 
+  def answer_tokens(self, problems):
+    """The answer turn of an optimal episode ("#015" and the end of turn),
+    as (tokens, mask) [N, L] int32, L = `answer_width`."""
+    return _answer_arrays(
+        [self.tokenizer.encode(hidden_operands.reference_actions(p)[-1])
+         for p in problems], self._answer_width)
+
   def encode_sft(self, problems):
     """SFT rows of optimal episodes, in the episodes' layout.
 
@@ -247,6 +286,30 @@ class HiddenOperandsTask(ArithTask):
     envs = batched_env.BatchedEnv(hidden_operands.HiddenOperandsEnv)
     return episodes.sample_episodes(
         model_config, params, envs, rows, self.tokenizer, rng,
+        **self._episode_limits(temperature, top_p))
+
+  def continue_episodes(self, model_config, params, problems, prefix_turns,
+                        rng, *, temperature: float, top_p: float = 1.0):
+    """Episodes of `problems` that go on after `prefix_turns` (one row each,
+    every row with the same number of turns; `episodes.continue_episodes`:
+    the environment's state is restored by replaying the prefix's turns
+    through a fresh `HiddenOperandsEnv`, which is deterministic).
+
+    Returns:
+      the `episodes.EpisodeOutput` of the whole episodes (host numpy).
+    """
+    if jax.process_count() > 1:
+      raise config_lib.ConfigError(
+          "config.task.name='hidden_operands': episodes are sampled by one "
+          "process; run it on a single host.")
+    envs = batched_env.BatchedEnv(hidden_operands.HiddenOperandsEnv)
+    return episodes.continue_episodes(
+        model_config, params, envs, list(problems), prefix_turns,
+        self.tokenizer, rng, **self._episode_limits(temperature, top_p))
+
+  def _episode_limits(self, temperature, top_p):
+    """The episode samplers' keyword arguments from the task config."""
+    return dict(
         max_prompt_len=self.max_prompt_len,
         max_episode_tokens=self.max_new_tokens, max_turns=self.max_turns,
         max_turn_tokens=self.max_turn_tokens,

@@ -106,6 +106,30 @@ def test_fapo_hand_computed():
                              incorrect_reward=0.0), [1, 0.5, 0, 0])
 
 
+def test_sampled_critiques_mark_a_step_wrong_with_one_minus_its_score():
+  scores = np.array([[0.0, 1.0, 0.3, 0.9]], np.float32)
+  mask = np.array([[1, 1, 1, 0]])
+  flags = np.asarray(jax.jit(critiques.sample_critiques,
+                             static_argnames=("num_critiques",))(
+                                 jax.random.key(0), scores, mask,
+                                 num_critiques=4000))
+  assert flags.shape == (1, 4000, 4)
+  assert flags[0, :, 0].all() and not flags[0, :, 1].any()  # Certain.
+  # Wrong with probability 1 − 0.3 = 0.7 (a swapped rule gives 0.3);
+  # 4000 draws: standard error 0.007.
+  assert abs(flags[0, :, 2].mean() - 0.7) < 0.03
+  assert not flags[0, :, 3].any()  # Off the response's steps.
+  # Majority of 5 sampled critiques of a 0.3 step: P(≥ 3 wrong of 5) at
+  # p = 0.7 is 0.837 (one critique: 0.7).
+  five = critiques.sample_critiques(jax.random.key(1),
+                                    np.full((4000, 1), 0.3, np.float32),
+                                    np.ones((4000, 1)), num_critiques=5)
+  voted = np.asarray(critiques.vote_wrong_steps(five, voting="majority"))
+  assert abs(voted.mean() - 0.837) < 0.03
+  with pytest.raises(ValueError, match="num_critiques"):
+    critiques.sample_critiques(jax.random.key(0), scores, mask, 0)
+
+
 def test_rejects_bad_arguments():
   with pytest.raises(ValueError, match="voting"):
     critiques.vote_wrong_steps(_FLAGS, voting="mean")

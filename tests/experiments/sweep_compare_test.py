@@ -12,7 +12,6 @@ import pytest
 from experiments import compare
 from rl_rewards import cli
 from rl_rewards import config_lib
-from rl_rewards import config_presets
 from rl_rewards import metrics as metrics_lib
 from rl_rewards import reports
 from rl_rewards.runners import pipeline
@@ -381,6 +380,30 @@ def test_compare_knows_its_methods_and_their_shared_costs():
         a for a in ("regime=long_sparse", arg) if a)
     assert cli.load_config_file(os.path.join(ROOT, spec)).rl.method, label
     assert verifier is None or verifier in compare.VERIFIERS
+
+
+def test_compare_knows_the_multiturn_methods(tmp_path):
+  for label, (config, arg, _, verifier) in compare.MULTITURN_METHODS.items():
+    spec = f"configs/{config}.py:" + ",".join(a for a in ("size=test", arg)
+                                               if a)
+    loaded = cli.load_config_file(os.path.join(ROOT, spec))
+    assert loaded.task.name == "hidden_operands", label
+    assert verifier is None or verifier in compare.VERIFIERS
+  # "grpo" names another config on each task; igpo is multi-turn only.
+  assert compare.method_spec("grpo", "multiturn")[:2] == ("multiturn",
+                                                         "method=grpo")
+  assert compare.method_spec("grpo")[:2] == ("grpo", "")
+  with pytest.raises(ValueError, match="unknown method 'oracle_pav'"):
+    compare.method_spec("oracle_pav")
+  runs = compare.plan_seed(str(tmp_path), 0, ["grpo", "sft_continue"],
+                           size="test", regime="standard", overrides=[],
+                           eval_every=5, sft_root="", baseline="grpo",
+                           task="multiturn")
+  specs = {os.path.basename(r.workdir): r.config_spec for r in runs}
+  assert specs["sft"] == "configs/multiturn.py:size=test,regime=standard"
+  assert specs["grpo"].startswith("configs/multiturn.py:size=test,")
+  assert specs["grpo"].endswith(",method=grpo")
+  assert specs["sft_continue"] == specs["sft"]
 
 
 def test_a_seeds_plan_orders_each_run_after_what_it_needs(tmp_path):

@@ -304,6 +304,34 @@ def test_capo_penalises_the_tokens_of_wrong_steps_hand_computed():
                              atol=1e-5)
 
 
+def test_capo_votes_over_sampled_critiques_hand_computed():
+  # One group of 2, Dr. GRPO Â = ±0.5, W_whole = 2, W_process = 1. Three
+  # critiques of two steps: step 0 of row 0 is marked by 2 of 3 (majority
+  # yes, intersection no), step 1 by 3 of 3; row 1's step 0 by 1 of 3.
+  batch = {
+      "response_mask": jnp.array([[0, 1, 1, 1], [0, 1, 1, 1]]),
+      "step_ids": jnp.array([[-1, 0, 1, 1], [-1, 0, 0, 1]]),
+      "rewards": jnp.array([1.0, 0.0]),
+      "step_scores": jnp.array([[0.9, 0.9], [0.9, 0.9]]),  # Not read.
+      "critique_flags": jnp.array([[[1, 1], [1, 1], [0, 1]],
+                                   [[1, 0], [0, 0], [0, 0]]], bool),
+  }
+  values = {"group_size": 2, "capo.w_whole": 2.0, "capo.w_process": 1.0,
+            "capo.critiques": 3}
+  rows = {}
+  for voting in ("majority", "intersection", "average"):
+    adv, _ = _method("capo", advantage_estimator="drgrpo",
+                     **{**values, "capo.voting": voting}).advantages(batch)
+    rows[voting] = np.asarray(adv)
+  np.testing.assert_allclose(rows["majority"],
+                             [[0, 0, 0, 0], [0, -1, -1, -1]], atol=1e-6)
+  np.testing.assert_allclose(rows["intersection"],
+                             [[0, 1, 0, 0], [0, -1, -1, -1]], atol=1e-6)
+  np.testing.assert_allclose(rows["average"],
+                             [[0, 1 - 2 / 3, 0, 0],
+                              [0, -1 - 1 / 3, -1 - 1 / 3, -1]], atol=1e-6)
+
+
 def test_mrt_gives_each_step_its_progress_hand_computed():
   # One group of 2, Dr. GRPO: ±0.5; α = 2. Row 0: J = [0.2, 0.5] after its
   # two steps, J(question) = 0.25; row 1 one step, J = 0.6 (slot 1 unread),
@@ -359,6 +387,7 @@ def test_mrt_refuses_a_verifier_without_success_values(verifier, key):
 @pytest.mark.parametrize("key,value", [
     ("fapo.threshold", 0.0), ("fapo.penalty", -1.0),
     ("capo.w_process", 2.0), ("capo.threshold", 1.5),
+    ("capo.critiques", 0), ("capo.voting", "mean"),
     ("mrt.reference", "next"), ("mrt.alpha", -0.5)])
 def test_critique_and_progress_keys_are_checked(key, value):
   config = config_lib.base_config()

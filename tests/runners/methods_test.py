@@ -20,6 +20,9 @@ from tests.core import core_reference as ref
 from tests.core import prime_test as core_prime_test
 from tests.core import pure_test as core_pure_test
 from tests.core import thoughts_test as core_thoughts_test
+from tests.runners import advantage_spy
+from tests.runners import igpo_test
+from tests.runners import spa_rl_test
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 # (config file, its argument): every method in the default suite, their
@@ -37,8 +40,10 @@ CONFIGS = (("grpo", ""), ("ppo", ""), ("prime", ""), ("oracle", ""),
 # FAPO, CAPO and MRT: the trained verifier or the step checker as critic,
 # one of each in the default suite, the others under `-m slow`.
 CONFIGS += (("fapo", ""), ("capo", "source=oracle"), ("mrt", ""),
+            ("capo", "source=oracle,critiques=3,voting=intersection"),
             *(pytest.param(*c, marks=pytest.mark.slow) for c in (
                 ("fapo", "source=oracle"), ("capo", ""),
+                ("capo", "critiques=5,voting=average"),
                 ("mrt", "source=oracle"),
                 ("mrt", "source=oracle,reference=prompt"))))
 
@@ -272,9 +277,17 @@ def _fapo_ref(cfg, config, batch):
 def _capo_ref(cfg, config, batch):
   del config
   ids, mask = batch["step_ids"], batch["response_mask"]
-  wrong = _flagged_steps(batch["step_scores"], ids, cfg.capo.threshold)
+  if cfg.capo.critiques == 1:
+    wrong = _flagged_steps(batch["step_scores"], ids,
+                           cfg.capo.threshold).astype(float)
+  else:  # Sampled critiques, C votes per step.
+    flags = batch["critique_flags"]
+    assert flags.shape[1] == cfg.capo.critiques
+    votes, count = flags.sum(axis=1), flags.shape[1]
+    wrong = {"majority": 2 * votes > count, "intersection": votes == count,
+             "average": votes / count}[cfg.capo.voting].astype(float)
   return (cfg.capo.w_whole * _outcome_ref(cfg, batch) -
-          cfg.capo.w_process * _on_steps(wrong.astype(float), ids, mask))
+          cfg.capo.w_process * _on_steps(wrong, ids, mask))
 
 
 def _mrt_ref(cfg, config, batch):
@@ -407,25 +420,9 @@ _REFERENCES = {
     "prof": _prof_ref, "posterior_grpo": _posterior_grpo_ref,
     "trust_grpo": _trust_grpo_ref,
     "fapo": _fapo_ref, "capo": _capo_ref, "mrt": _mrt_ref,
-    "gra": _gra_ref,
+    "gra": _gra_ref, "igpo": igpo_test.loop_reference,
+    "spa_rl": spa_rl_test.reference_advantages,
 }
-
-
-def _spy_on_advantages(monkeypatch, method_name):
-  """Records (batch, advantages) of every RL step as host arrays."""
-  seen = []
-  cls = methods.METHODS[method_name]
-  advantages = cls.advantages
-
-  def spy(self, batch):  # Runs under jit: read the values back on the host.
-    out = advantages(self, batch)
-    jax.debug.callback(
-        lambda b, a: seen.append(({k: np.asarray(v) for k, v in b.items()},
-                                  np.asarray(a))), dict(batch), out[0])
-    return out
-
-  monkeypatch.setattr(cls, "advantages", spy)
-  return seen
 
 
 def test_every_method_has_a_reference():
@@ -438,7 +435,7 @@ def test_config_runs_two_rl_steps(name, arg, sft_dir, tmp_path,
   del mixed_outcomes
   config = _config(name, sft_dir, arg)
   config.rl.filter_accuracy = False  # Keep every mixed group.
-  seen = _spy_on_advantages(monkeypatch, config.rl.method)
+  seen = advantage_spy.spy_on_advantages(monkeypatch, config.rl.method)
   summary = pipeline.run(config, str(tmp_path))
   assert summary["stages"]["rl"]["rl/steps"] == 2
   records = [r for r in metrics_lib.read_metrics(str(tmp_path))

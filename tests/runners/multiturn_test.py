@@ -187,7 +187,7 @@ def test_loop_runs_on_episodes(method, tmp_path):
 def test_config_checks_of_the_multiturn_task():
   config = _config()
   config_lib.validate(config)
-  config.stages = "sft,labels,prm,rl"
+  config.stages = "sft,prm_eval,rl"
   with pytest.raises(config_lib.ConfigError, match="config.stages"):
     config_lib.validate(config)
   config = _config()

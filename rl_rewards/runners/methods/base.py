@@ -23,7 +23,7 @@ program name. A method holds only its config and its verifier.
 `Method` itself is outcome-only credit assignment with no extra model; each
 method module subclasses it and overrides what it needs. Its own keys are
 the section `config.rl.<method>` (declared and checked in
-`rl_rewards/config_methods.py`). Two class flags tell the loop which shared
+`rl_rewards/config_methods.py`). Class flags tell the loop which shared
 signals to put in the batch before `signals`:
 
   reads_step_scores  the step scores of the rollout, from the trained
@@ -33,7 +33,10 @@ signals to put in the batch before `signals`:
                      prefix; the oracle's perfect prover: 1 until the first
                      wrong step) and `v_init` [B] (V^π of the question);
   reads_reference    the reference policy's token log-probs `ref_logprobs`
-                     [B, T] (also added whenever `rl.kl_coef` > 0).
+                     [B, T] (also added whenever `rl.kl_coef` > 0);
+  reads_answers      the ground-truth final answer of each row's problem,
+                     as the policy writes it (`task.answer_tokens`):
+                     `answer_tokens` [B, L] int32 and `answer_mask` [B, L].
 
 Batch layout (`docs/data_model.md`): `tokens`, `attention_mask`,
 `response_mask` (already multiplied by the accuracy filter's row weights),
@@ -102,6 +105,7 @@ class Method:
 
   reads_step_scores = False
   reads_reference = False
+  reads_answers = False  # Adds `answer_tokens`, `answer_mask` [B, L].
   update_keys: tuple = ()  # Extra batch keys `update` reads per minibatch.
 
   def __init__(self, config, verifier=None):

@@ -15,9 +15,17 @@ one).
 Critiques: the verifier's per-step verdicts, step k wrong when its score
 s_{i,k} < τ = `rl.capo.threshold` (`rl.prm_source="oracle"`: the task's step
 checker's 0/1 labels; `"model"`: the trained verifier's P(step correct), the
-generative PRM by default, standing in for CAPO's LLM-as-GenPRM). One
-deterministic verifier gives one critique per response, C = 1, so every
-voting rule returns the verdicts themselves.
+generative PRM by default, standing in for CAPO's LLM-as-GenPRM). With C =
+`rl.capo.critiques` = 1 (the default) that is one greedy critique per
+response, and every voting rule returns its verdicts. With C > 1 the
+critic is queried C times, as the paper prompts its GenPRM several times:
+each critique is sampled from the verifier (`core.sample_critiques`: step k
+marked wrong with probability 1 − s_{i,k}, the generative verifier's
+"correct" verdict sampled at temperature 1; τ is not used), and the
+critiques are combined by `rl.capo.voting` (majority, intersection or
+average; `core.vote_wrong_steps`). The step checker's 0/1 labels give C
+identical critiques. The samples' key depends on (seed, policy update
+count) only, so a resumed run draws the same critiques.
 
 Advantages: the paper's normalisation of the token rewards into advantages
 was not verified (the authors' code is unreleased). Here the outcome term
@@ -30,6 +38,9 @@ outcome term baselined within the prompt's group. `parts`: `outcome` is
 W_whole·Â, `process` the penalty −W_process·e.
 """
 
+import jax
+import jax.numpy as jnp
+
 from rl_rewards import core
 from rl_rewards.runners.methods import base
 
@@ -39,12 +50,32 @@ class CAPO(base.Method):
 
   reads_step_scores = True
 
-  def wrongness(self, batch):
-    """[B, S] voted wrongness of each valid step (one critique: 0/1)."""
+  def signals(self, ctx, fns, state, batch):
+    """With C > 1 critiques, samples them (`critique_flags` [B, C, S])."""
+    own = self.cfg.capo
+    if own.critiques == 1:
+      return state, {}, {}
     scores = batch["step_scores"]
     step_mask = core.step_mask_from_ids(batch["step_ids"], scores.shape[1])
-    flags = step_mask & (scores < self.cfg.capo.threshold)
-    return core.vote_wrong_steps(flags[:, None, :], voting="majority")
+    key = ctx.rng("capo/critiques", int(state["policy"].step))
+    flags = _sample(key, scores, step_mask, own.critiques)
+    votes = jnp.mean(flags.astype(jnp.float32), axis=1)
+    # Steps on which the critiques disagree (neither all wrong nor all
+    # right): what voting decides.
+    split = jnp.sum((votes > 0) & (votes < 1)) / jnp.maximum(
+        jnp.sum(step_mask), 1)
+    return state, {"critique_flags": flags}, {
+        "train/capo/split_verdict_steps": float(split)}
+
+  def wrongness(self, batch):
+    """[B, S] voted wrongness of each valid step."""
+    own = self.cfg.capo
+    if "critique_flags" in batch:
+      return core.vote_wrong_steps(batch["critique_flags"], voting=own.voting)
+    scores = batch["step_scores"]
+    step_mask = core.step_mask_from_ids(batch["step_ids"], scores.shape[1])
+    flags = step_mask & (scores < own.threshold)
+    return core.vote_wrong_steps(flags[:, None, :], voting=own.voting)
 
   def advantages(self, batch):
     cfg, own = self.cfg, self.cfg.capo
@@ -55,3 +86,6 @@ class CAPO(base.Method):
     outcome = own.w_whole * core.broadcast_to_tokens(seq,
                                                      batch["response_mask"])
     return a, {"outcome": outcome, "process": a - outcome}
+
+
+_sample = jax.jit(core.sample_critiques, static_argnames=("num_critiques",))
