@@ -33,6 +33,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from rl_rewards.models import matmul
 from rl_rewards.sharding import axes
 
 Array = jax.Array
@@ -68,7 +69,8 @@ def _chunk_stats(hidden, kernel, targets, temperature, with_stats):
   Returns:
     A tuple of [B, C] arrays: (log p[y],) or (log p[y], H, argmax == y).
   """
-  logits = (hidden @ kernel.astype(hidden.dtype)).astype(jnp.float32)
+  logits = matmul.dense(hidden, kernel.astype(hidden.dtype)).astype(
+      jnp.float32)
   logits = nn.with_logical_constraint(
       logits, (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_VOCAB))
   scaled = logits / temperature

@@ -102,3 +102,40 @@ def test_bfloat16_inputs():
   has_key = allowed.any(-1)
   assert np.isfinite(out).all()
   np.testing.assert_allclose(out[has_key], expected[has_key], atol=0.05)
+
+
+def _xla_attention(q, k, v, allowed):
+  return jax.nn.dot_product_attention(q, k, v, mask=allowed[:, None])
+
+
+@pytest.mark.parametrize("length,slots", [(5, 7), (1, 80), (2, 96)])
+def test_head_major_equals_dot_product_attention(length, slots):
+  """Both of `attention`'s paths, on training shapes and on decoding steps
+  over a long cache (the streamed products), padding queries included."""
+  rs = np.random.RandomState(slots)
+  q = rs.randn(2, length, 4, DH).astype(np.float32)
+  k = rs.randn(2, slots, 2, DH).astype(np.float32)
+  v = rs.randn(2, slots, 2, DH).astype(np.float32)
+  allowed = rs.rand(2, length, slots) > 0.3
+  allowed[1, 0] = False  # A query with no allowed key.
+  streamed = length * 2 <= transformer._STREAMED_QUERY_ROWS and (
+      slots >= transformer._STREAMED_MIN_SLOTS)
+  assert streamed == (slots >= 80)
+  ours = jax.jit(transformer.head_major_attention)(q, k, v, allowed)
+  theirs = _xla_attention(q, k, v, allowed)
+  np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+  has_key = allowed.any(-1)
+  groups = 2
+  for b, t, n in zip(*np.nonzero(np.broadcast_to(has_key[..., None],
+                                                 (2, length, 4)))):
+    keys = np.nonzero(allowed[b, t])[0]
+    scores = k[b, keys, n // groups].astype(np.float64) @ q[b, t, n]
+    weights = np.exp(scores / np.sqrt(DH) - (scores / np.sqrt(DH)).max())
+    np.testing.assert_allclose(
+        ours[b, t, n], weights / weights.sum() @ v[b, keys, n // groups],
+        rtol=1e-4, atol=1e-5)
+  grad = lambda fn: jax.grad(lambda q, k, v: jnp.sum(
+      fn(q, k, v, allowed) * has_key[..., None, None]), argnums=(0, 1, 2))(
+          q, k, v)
+  for a, b in zip(grad(transformer.head_major_attention), grad(_xla_attention)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
