@@ -128,12 +128,39 @@ def caption(data: dict) -> str:
 
 
 def train_step_table(data: dict) -> str:
+  with_floor = all("floor_tok_s" in r for r in data["rows"])
   lines = ["| step | B × T | ours tokens/s | torch tokens/s | ratio |",
            "|---|---|---|---|---|"]
+  if with_floor:
+    lines = [lines[0] + " dense floor tokens/s | ours ÷ floor time | "
+             "torch ÷ floor time |", "|---|---|---|---|---|---|---|---|"]
   for r in data["rows"]:
-    lines.append(f"| {r['step']} | {r['batch']} × {r['seq_len']} | "
-                 f"{_num(r['ours_tok_s'])} | {_num(r['torch_tok_s'])} | "
-                 f"{_ratio(r['ratio'], 2)} |")
+    line = (f"| {r['step']} | {r['batch']} × {r['seq_len']} | "
+            f"{_num(r['ours_tok_s'])} | {_num(r['torch_tok_s'])} | "
+            f"{_ratio(r['ratio'], 2)} |")
+    if with_floor:
+      line += (f" {_num(r['floor_tok_s'])} | {r['ours_over_floor']:.2f} | "
+               f"{r['torch_over_floor']:.2f} |")
+    lines.append(line)
+  return "\n".join(lines)
+
+
+# The kinds of work of `step_profile`, in table order.
+PROFILE_KINDS = ("dense matmuls", "attention", "copies", "optimizer", "other")
+
+
+def step_profile_table(data: dict) -> str:
+  """One line per configuration and side: ms in total and by kind."""
+  lines = ["| configuration | side | ms | " + " | ".join(PROFILE_KINDS) + " |",
+           "|---|---|---|" + "---|" * len(PROFILE_KINDS)]
+  for r in data["rows"]:
+    unit = " (per decoding step)" if r["step"] == "decode" else ""
+    shape = f"{r['model']} {r['step']}, {r['batch']} × {r['length']}{unit}"
+    for side, label in (("ours", "ours"), ("torch", "PyTorch")):
+      kinds = r[f"{side}_kinds_ms"]
+      lines.append(f"| {shape} | {label} | {r[side + '_ms']:,.1f} | " +
+                   " | ".join(f"{kinds[k]:,.1f}" for k in PROFILE_KINDS) +
+                   " |")
   return "\n".join(lines)
 
 
@@ -328,6 +355,7 @@ def add_search_run(path: str, name: str, curves: dict, settings: dict,
 # a table; the last is followed by a blank line and the caption.
 TABLES = {
     "train_step": (train_step_table,),
+    "step_profile": (step_profile_table,),
     "advantages": (advantages_table,),
     "sampler": (sampler_table,),
     "episodes": (episodes_table,),
@@ -340,6 +368,7 @@ TABLES = {
 # name -> the page (relative to the repository root) that holds its tables.
 TARGETS = {
     "train_step": "docs/performance.md",
+    "step_profile": "docs/performance.md",
     "advantages": "docs/performance.md",
     "sampler": "docs/performance.md",
     "episodes": "docs/performance.md",

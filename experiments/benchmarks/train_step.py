@@ -165,6 +165,44 @@ def flops_per_token(cfg, seq_len: int) -> dict:
           "causal": float(dense + attention / 2), "dense": float(dense)}
 
 
+def dense_floor_fn(cfg, batch: int, seq_len: int):
+  """A jitted fn(params) -> grads doing only the step's dense matmuls.
+
+  Forward: every layer's q/k/v/o projections and MLP matmuls on [B·T, D]
+  and the LM head, mixed by additions only (no attention, norms, RoPE,
+  softmax or loss); backward: `jax.grad` of the sum of the logits, i.e. the
+  input and weight gradients of each of those matmuls. No optimizer. Its
+  time is a lower bound for a training step built on these matmuls on the
+  same backend (the "dense floor"); its FLOPs are 6·N per token.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  d = cfg.hidden_size
+
+  def forward(weights, x):
+    for i in range(cfg.num_layers):
+      attention = weights[f"layers_{i}"]["attention"]
+      mlp = weights[f"layers_{i}"]["mlp"]
+      q, k, v = (x @ attention[f"{n}_kernel"].reshape(d, -1)
+                 for n in ("q", "k", "v"))
+      mixed = q + jnp.tile(k + v, (1, q.shape[1] // k.shape[1]))
+      x = x + mixed @ attention["o_kernel"].reshape(-1, d)
+      x = x + ((x @ mlp["gate_kernel"]) * (x @ mlp["up_kernel"])
+               ) @ mlp["down_kernel"]
+    head = (weights["embed"].T if cfg.tie_word_embeddings
+            else weights["lm_head"])
+    return jnp.sum(x @ head)
+
+  @jax.jit
+  def run(params):
+    weights = {k: v for k, v in params.items()
+               if k.startswith("layers_") or k in ("embed", "lm_head")}
+    x = jnp.full((batch * seq_len, d), 0.01, jnp.float32)
+    return jax.grad(forward, argnums=(0, 1))(weights, x)
+  return run
+
+
 def mfu(tokens_per_s: float, flops: float, peak_tflops: float) -> float:
   """Model FLOPs utilisation: tokens/s · FLOPs/token / (peak · 1e12)."""
   return tokens_per_s * flops / (peak_tflops * 1e12)
@@ -428,7 +466,12 @@ def _bench_shape(kind, loaded, mesh, batch_size, seq_len, options):
       warmup.append((seconds, threads))
   if torch_step is not None:
     _set_torch_threads(min(warmup)[1])
+  floor = dense_floor_fn(cfg, batch_size, seq_len)
+  run_floor = lambda: jax.block_until_ready(floor(params))
+  run_floor()
+  floor_times = []
   for _ in range(options["repeats"]):  # Alternate the sides.
+    floor_times.append(_timed(run_floor)[0])
     seconds, metrics = _timed(run_ours)
     ours_times.append(seconds)
     ours_losses.append(context.host_scalars(metrics))
@@ -453,6 +496,9 @@ def _bench_shape(kind, loaded, mesh, batch_size, seq_len, options):
       "ours_losses": [x["loss"] for x in ours_losses],
   }
   row["ours_tok_s"] = tokens / row["ours_s"]
+  row["dense_floor_s"] = statistics.median(floor_times)
+  row["floor_tok_s"] = tokens / row["dense_floor_s"]
+  row["ours_over_floor"] = row["ours_s"] / row["dense_floor_s"]
   if torch_step is not None:
     row.update({
         "torch_s": statistics.median(torch_times),
@@ -465,6 +511,7 @@ def _bench_shape(kind, loaded, mesh, batch_size, seq_len, options):
     })
     row["torch_tok_s"] = tokens / row["torch_s"]
     row["ratio"] = row["ours_tok_s"] / row["torch_tok_s"]
+    row["torch_over_floor"] = row["torch_s"] / row["dense_floor_s"]
     row.update(loss_agreement(ours_losses, torch_losses, options["tolerance"]))
   if jax.default_backend() != "cpu":
     row.update(mfu_fields(row, flops, options["peak_tflops"]))
@@ -571,7 +618,8 @@ def print_table(rows):
   """Prints the results as a markdown table (MFU columns on a GPU)."""
   gpu = any("peak_tflops" in r for r in rows)
   header = ("| step | model | dtype | B x T | ours tok/s | torch tok/s | "
-            "ratio | ours first call s | torch first call s | "
+            "ratio | dense floor tok/s | ours / floor | torch / floor | "
+            "ours first call s | torch first call s | "
             "first-step loss ours / torch (rel diff) | torch threads |")
   mfu_keys = [f"{side}_mfu_{c}" for side in ("ours", "torch")
               for c in ("causal", "noncausal")]
@@ -583,8 +631,11 @@ def print_table(rows):
   for r in rows:
     line = (f"| {r['step']} | {r['model']} | {r['dtype']} | "
             f"{r['batch']} x {r['seq_len']} | {r['ours_tok_s']:,.0f} | ")
+    floor = (f"{r['floor_tok_s']:,.0f} | {r['ours_over_floor']:.2f} | "
+             if "floor_tok_s" in r else "- | - | ")
     if "torch_tok_s" in r:
-      line += (f"{r['torch_tok_s']:,.0f} | {r['ratio']:.2f}x | "
+      line += (f"{r['torch_tok_s']:,.0f} | {r['ratio']:.2f}x | {floor}"
+               f"{r['torch_over_floor']:.2f} | "
                f"{r['ours_first_call_s']:.1f} | "
                f"{r['torch_first_call_s']:.1f} | "
                f"{r['first_step_loss_ours']:.6f} / "
@@ -592,7 +643,7 @@ def print_table(rows):
                f"({r['first_step_loss_rel_diff']:.1e}) | "
                f"{r['torch_threads']} |")
     else:
-      line += (f"- | - | {r['ours_first_call_s']:.1f} | - | "
+      line += (f"- | - | {floor}- | {r['ours_first_call_s']:.1f} | - | "
                f"{r['ours_losses'][0]:.6f} / - | - |")
     if gpu:
       line += "".join(f" {r[k]:.1%} |" if k in r else " - |"
