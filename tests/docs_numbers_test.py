@@ -22,6 +22,7 @@ SECTIONS = (
     ("docs/reliability.md", "## Kill anywhere: resume after SIGKILL"),
     ("docs/reliability.md", "## Verifiers against hostile model output"),
     ("docs/performance.md", "## Training step against PyTorch/transformers"),
+    ("docs/performance.md", "## Where the milliseconds go"),
     ("docs/performance.md", "## Credit-assignment estimators against verl"),
     ("docs/performance.md", "## Sampler against transformers `generate`"),
     ("docs/performance.md",
