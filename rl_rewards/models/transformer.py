@@ -31,9 +31,10 @@ Shapes: tokens [B, T]; activations [B, T, D]; queries [B, T, H, Dh]; keys
 and values [B, S, KVH, Dh] as attention reads them, where S is the number of
 key slots (T without a cache). Attention takes a boolean mask (causal by
 slot, padding, cache validity) and runs as batched matmuls over [B, KVH] on
-a CPU, through `jax.nn.dot_product_attention` elsewhere (`attention`). A KV cache stores keys and values head-major,
-[B, KVH, S, Dh] (stacked to [L, B, KVH, S, Dh] for scanned layers), and hands
-attention the [B, S, KVH, Dh] view: XLA folds that axis swap into the
+a CPU, through `jax.nn.dot_product_attention` elsewhere (`attention`). A KV
+cache stores keys and values head-major, [B, KVH, S, Dh] (stacked to
+[L, B, KVH, S, Dh] for scanned layers), and hands attention the
+[B, S, KVH, Dh] view: XLA folds that axis swap into the
 attention matmuls, whose batch axes (B, KVH) are then leading in memory, so a
 decoding step reads the cache in place. (Stored [B, S, KVH, Dh], XLA's CPU
 backend copies the whole cache into that order twice per layer and step.)
@@ -325,9 +326,11 @@ def attention(q: Array, k: Array, v: Array, allowed: Array,
 
   The implementation is chosen per backend. On a CPU, `head_major_attention`
   (batched matmuls over [B, KVH] with the G query heads of a key head stacked
-  on the query axis): 1.3-2.1x faster than the XLA path of
-  `jax.nn.dot_product_attention` for a training step's forward and backward,
-  and as fast for a decoding step (docs/performance.md). Elsewhere
+  on the query axis): alone, its forward and backward ran 1.3-2.1x faster
+  than the XLA path of `jax.nn.dot_product_attention`, inside a whole
+  training step as fast (within 3%), and with its streamed products for
+  decoding steps the sampler ran 1.17-1.25x faster (docs/performance.md).
+  Elsewhere
   `jax.nn.dot_product_attention`: its XLA path, and on a GPU with bfloat16 or
   float16 inputs cuDNN's fused kernel asked for by name (JAX's default is
   its XLA path on every backend as of jax 0.10), falling back to the XLA
