@@ -398,6 +398,9 @@ def run(ctx, params, ref_params=None, verifier=None):
     state, extra, method_record = method.signals(ctx, fns, state, batch)
     batch.update(extra)
     record.update(method_record)
+    # The signals are dispatched asynchronously: wait for them, so that
+    # time/prm_s is their time and not part of the update's.
+    jax.block_until_ready(batch)
     t2 = time.time()
 
     # Advantages.
