@@ -27,6 +27,7 @@ SECTIONS = (
     ("docs/performance.md", "## Sampler against transformers `generate`"),
     ("docs/performance.md",
      "## Multi-turn episodes beside the single-turn sampler"),
+    ("docs/accelerator.md", "## Measured on an H200"),
 )
 
 

@@ -33,15 +33,24 @@ Sections, in order (`--sections` picks some):
                512 new tokens, no early stop) at batch 64 and 256: tokens/s
                and MBU = (weight bytes + KV-cache bytes of the real tokens,
                read once per decoding step) / time / measured copy rate.
-  sample_hf    transformers `generate` (bfloat16, SDPA) on the same weights
-               and prompts.
+  sample_cublas  `sample` at the first batch size with XLA's Triton GEMM
+               fusions off (`--xla_gpu_enable_triton_gemm=false`): whether
+               the LM head's GEMM fusion, a quarter of the decoding time at
+               batch 64 on an H200, runs closer to the copy rate in cuBLAS.
   rl_step      `configs/qwen_gsm8k.py` at 1.5B on synthetic GSM8K rows (a
-               word-level tokenizer, random weights: every response runs to
-               512 tokens): the second RL step's seconds split into rollout,
-               reward, reference pass, advantages and update, with the GPU's
-               busy fraction in each (NVML utilisation sampled every 50 ms).
+               word-level tokenizer and random weights, so responses end at
+               a randomly drawn end-of-turn token or at 512 tokens): the
+               second RL step's seconds split into rollout, reward,
+               reference pass, advantages and update, with the GPU's busy
+               fraction in each (NVML utilisation sampled every 50 ms).
   default_job  `python -m experiments.train` as the README runs it: wall
                time and each stage's seconds.
+  sample_hf    transformers `generate` (bfloat16, SDPA) on the same weights
+               and prompts (last: at about 75 ms a token it is the slowest).
+
+The scratch directory (checkpoints, batches, run workdirs) is on /dev/shm
+when it has room: writing the 6 GB float32 checkpoint to the device
+machine's disk took 70 s.
 
 `--dry_run` runs the same code paths at toy sizes on any backend (the test
 suite runs it on CPU); sections whose libraries are missing (torch, NVML)
@@ -70,7 +79,7 @@ _OUT_DIR = flags.DEFINE_string("out_dir", None,
 _SECTIONS = flags.DEFINE_list("sections", None,
                               "Sections to run (default: all, in order).")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Toy sizes, any backend.")
-_BUDGET_S = flags.DEFINE_float("budget_s", 480.0,
+_BUDGET_S = flags.DEFINE_float("budget_s", 560.0,
                                "Total seconds for all sections.")
 _SECTION = flags.DEFINE_string("section", None,
                                "Internal: run this one section here.")
@@ -80,11 +89,18 @@ _SECTION_TIMEOUT_S = flags.DEFINE_float(
     "section_timeout_s", None, "Internal: seconds this section may take.")
 
 SECTIONS = ("probe", "correctness", "train", "train_torch", "sample",
-            "sample_hf", "rl_step", "default_job")
+            "sample_cublas", "rl_step", "default_job", "sample_hf")
 # Most seconds each section may take (the budget left caps it further).
-SECTION_CAPS_S = {"probe": 40, "correctness": 75, "train": 140,
-                  "train_torch": 75, "sample": 80, "sample_hf": 70,
-                  "rl_step": 170, "default_job": 300}
+# Measured on an H200 (jax 0.11.2): probe 9, correctness over 75 (compiling
+# the unrolled 0.5B sampler three times), train 109 (70 of them writing the
+# checkpoint to disk), train_torch 28, sample 55 a batch size, sample_hf 38
+# a batch size, rl_step 97, default_job 90.
+SECTION_CAPS_S = {"probe": 40, "correctness": 100, "train": 140,
+                  "train_torch": 75, "sample": 120, "sample_cublas": 60,
+                  "rl_step": 170, "default_job": 150, "sample_hf": 110}
+# Extra environment of a section's process.
+SECTION_ENV = {"sample_cublas": {"XLA_FLAGS": "--xla_gpu_enable_triton_gemm="
+                                              "false"}}
 # Sections that only start other processes or read files keep JAX off the
 # accelerator, so the process that times the work has it to itself.
 _CPU_ONLY_SECTIONS = ("rl_step", "default_job")
@@ -347,7 +363,15 @@ def section_correctness(s: Section):
   prompts, pmask = left_padded_prompts(z["correctness_batch"],
                                        z["greedy_prompt"], cfg32.vocab_size,
                                        seed=4)
+  # Scanned layers: one compiled layer instead of L, the same arithmetic.
+  scan = lambda cfg: cfg.replace(scan_layers=True)
+  params = models.stack_layers(cfg32, params)
+  params16 = models.stack_layers(cfg32, params16)
+  with jax.default_device(cpu):
+    params_cpu = jax.device_put(params, cpu)
+
   def greedy(cfg, p):
+    cfg = scan(cfg)
     out = sampler.sample(cfg, p, prompts, pmask, jax.random.key(0),
                          max_new_tokens=z["greedy_new"], temperature=0.0,
                          eos_id=None, pad_id=0)
@@ -436,6 +460,23 @@ def _train_cfg(z, remat):
                          remat=remat)
 
 
+def ensure_checkpoint(s: Section) -> str:
+  """The float32 checkpoint of `sizes()["model"]` (random weights, seed 0)
+  that both frameworks read: the one an earlier section of the run wrote,
+  or written now (so that `--sections=sample,sample_hf` runs alone)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from rl_rewards import models  # pylint: disable=g-import-not-at-top
+  for name in ("train", "sample"):
+    if s.read(name).get("checkpoint"):
+      return s.read(name)["checkpoint"]
+  path = os.path.join(s.workdir, "checkpoint")
+  start = time.perf_counter()
+  cfg = hf_model_config(s.sizes["model"])
+  models.save_hf(path, cfg, models.init_params(cfg, jax.random.key(0)))
+  s.put(checkpoint=path, checkpoint_write_s=time.perf_counter() - start)
+  return path
+
+
 def section_train(s: Section):
   """Our SFT and policy steps: tokens/s and MFU; writes the checkpoint and
   the batches the PyTorch section reads."""
@@ -455,14 +496,7 @@ def section_train(s: Section):
   s.put(model=z["model"] or "toy", params=models.num_params(cfg),
         matmul_params=ts.matmul_params(cfg), batch=b, seq_len=t,
         measured_peak_tflops=peak, **_device_info())
-  # Float32 weights, the checkpoint both frameworks read.
-  path = os.path.join(s.workdir, "checkpoint")
-  start = time.perf_counter()
-  params32 = models.init_params(cfg.replace(scan_layers=False),
-                                jax.random.key(0))
-  models.save_hf(path, cfg.replace(scan_layers=False), params32)
-  del params32
-  s.put(checkpoint=path, checkpoint_write_s=time.perf_counter() - start)
+  path = ensure_checkpoint(s)
   rows = []
   host = ts.make_batch(b, t, cfg.vocab_size, seed=t)
   flops = ts.flops_per_token(cfg, t)
@@ -527,13 +561,14 @@ def section_train_torch(s: Section):
   s.put(torch=torch.__version__, transformers=transformers.__version__,
         device=device,
         gpu=torch.cuda.get_device_name() if device == "cuda" else None)
-  model = transformers.Qwen2ForCausalLM.from_pretrained(
-      ours["checkpoint"], dtype=torch.float32,
-      attn_implementation="sdpa").to(device)
-  model.train()
   rows = []
   b, t = z["train_batch"], z["train_len"]
   for kind in ("sft", "policy"):
+    # Each step kind starts from the checkpoint, as ours does.
+    model = transformers.Qwen2ForCausalLM.from_pretrained(
+        ours["checkpoint"], dtype=torch.float32,
+        attn_implementation="sdpa").to(device)
+    model.train()
     host = dict(np.load(os.path.join(s.workdir, f"batch_{kind}.npz")))
     step = ts.TorchStep(model, kind, ts.optimizer_settings(kind),
                         ts.policy_settings(0.05), device, "bfloat16")
@@ -569,41 +604,32 @@ def section_train_torch(s: Section):
                                                     row["tokens_per_s"])
       row[f"first_loss_rel_diff_remat_{r['remat']}"] = (
           abs(r["losses"][0] - losses[0]) / max(abs(losses[0]), 1e-12))
-    step.batch = None
+    step.batch = step.model = model = None
+    if device == "cuda":
+      torch.cuda.empty_cache()
     rows.append(row)
     s.put(rows=rows)
 
 
-def _sample_cfg(z):
-  return hf_model_config(z["model"], dtype="bfloat16")
-
-
-def section_sample(s: Section):
-  """Our sampler: tokens/s and memory-bandwidth utilisation."""
+def section_sample(s: Section, batches=None):
+  """Our sampler: tokens/s and memory-bandwidth utilisation, and a kernel
+  profile of one call at each batch size (`batches`, default all)."""
   import jax  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
   from rl_rewards import models  # pylint: disable=g-import-not-at-top
   from rl_rewards.rollout import sampler  # pylint: disable=g-import-not-at-top
 
   z = s.sizes
-  ckpt = s.read("train").get("checkpoint")
   bandwidth = s.read("probe").get("copy_gb_s")
-  cfg = _sample_cfg(z)
-  if ckpt:
-    cfg, params = models.load_hf(ckpt, dtype="bfloat16")
-  else:
-    params = models.init_params(cfg, jax.random.key(0))
+  cfg, params = models.load_hf(ensure_checkpoint(s), dtype="bfloat16")
   params = jax.tree.map(lambda x: x.astype("bfloat16"), params)
   weight_bytes = models.num_params(cfg) * 2
   s.put(model=z["model"] or "toy", weight_bytes=weight_bytes,
         measured_copy_gb_s=bandwidth, prompt_len=z["prompt_len"],
         new_tokens=z["new_tokens"], **_device_info())
   rows = []
-  for batch in z["sample_batches"]:
+  for batch in batches or z["sample_batches"]:
     prompts, mask = left_padded_prompts(batch, z["prompt_len"],
                                         cfg.vocab_size, seed=batch)
-    np.savez(os.path.join(s.workdir, f"prompts_{batch}.npz"), tokens=prompts,
-             mask=mask)
     calls = [0]
 
     def run():
@@ -616,8 +642,7 @@ def section_sample(s: Section):
 
     first, _ = _median_seconds(run, 1)
     seconds, times = _median_seconds(run, z["sample_repeats"])
-    if batch == z["sample_batches"][0]:
-      s.put(**{f"profile_batch_{batch}": device_profile(run)})
+    s.put(**{f"profile_batch_{batch}": device_profile(run)})
     moved = decode_bytes(cfg, mask, z["new_tokens"], weight_bytes)
     row = {"batch": batch, "seconds": seconds, "times_s": times,
            "first_call_s": first,
@@ -629,14 +654,19 @@ def section_sample(s: Section):
     s.put(rows=rows)
 
 
+def section_sample_cublas(s: Section):
+  """`sample` at the first batch size, run with `SECTION_ENV`'s flags."""
+  s.put(xla_flags=os.environ.get("XLA_FLAGS", ""))
+  section_sample(s, s.sizes["sample_batches"][:1])
+
+
 def section_sample_hf(s: Section):
   """transformers `generate` on the same weights and prompts."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
 
   z = s.sizes
-  ckpt = s.read("train")["checkpoint"]
+  ckpt = ensure_checkpoint(s)
   ours = {r["batch"]: r for r in s.read("sample").get("rows", ())}
   device = "cuda" if torch.cuda.is_available() else "cpu"
   model = transformers.AutoModelForCausalLM.from_pretrained(
@@ -646,9 +676,11 @@ def section_sample_hf(s: Section):
         transformers=transformers.__version__)
   rows = []
   for batch in z["sample_batches"]:
-    prompts = np.load(os.path.join(s.workdir, f"prompts_{batch}.npz"))
-    ids = torch.tensor(prompts["tokens"], device=device).long()
-    mask = torch.tensor(prompts["mask"], device=device).long()
+    # The prompts of `sample` (same function, same seed).
+    tokens, mask = left_padded_prompts(batch, z["prompt_len"],
+                                       model.config.vocab_size, seed=batch)
+    ids = torch.tensor(tokens, device=device).long()
+    mask = torch.tensor(mask, device=device).long()
 
     def run(new_tokens):
       with torch.inference_mode():
@@ -885,7 +917,8 @@ def section_default_job(s: Section):
 SECTION_FNS = {
     "probe": section_probe, "correctness": section_correctness,
     "train": section_train, "train_torch": section_train_torch,
-    "sample": section_sample, "sample_hf": section_sample_hf,
+    "sample": section_sample, "sample_cublas": section_sample_cublas,
+    "sample_hf": section_sample_hf,
     "rl_step": section_rl_step, "default_job": section_default_job,
 }
 
@@ -914,6 +947,8 @@ def _run_section(name, workdir, dry_run, timeout, log):
   if dry_run:
     command.append("--dry_run")
   env = dict(os.environ, PYTHONUNBUFFERED="1")
+  for key, value in SECTION_ENV.get(name, {}).items():
+    env[key] = f"{env.get(key, '')} {value}".strip()
   if name in _CPU_ONLY_SECTIONS:
     env["ACCELERATOR_CHILD_PLATFORMS"] = env.get("JAX_PLATFORMS", "")
     env["JAX_PLATFORMS"] = "cpu"
@@ -952,6 +987,16 @@ def _run_section(name, workdir, dry_run, timeout, log):
   return record
 
 
+def scratch_root(min_free_gib: float = 24.0):
+  """/dev/shm when it has `min_free_gib` free, else the default temporary
+  directory (None)."""
+  with contextlib.suppress(OSError):
+    stat = os.statvfs("/dev/shm")
+    if stat.f_bavail * stat.f_frsize >= min_free_gib * 2**30:
+      return "/dev/shm"
+  return None
+
+
 def run(out_dir: str, sections, dry_run: bool, budget_s: float) -> dict:
   """Runs `sections` in order within `budget_s`; writes and returns the
   results ({"sections": {name: record}, ...})."""
@@ -966,7 +1011,8 @@ def run(out_dir: str, sections, dry_run: bool, budget_s: float) -> dict:
          "sizes": {k: list(v) if isinstance(v, tuple) else v
                    for k, v in sizes(dry_run).items()}}
   json_path = os.path.join(out_dir, "accelerator.json")
-  with tempfile.TemporaryDirectory(prefix="accelerator_") as workdir, open(
+  with tempfile.TemporaryDirectory(prefix="accelerator_",
+                                   dir=scratch_root()) as workdir, open(
       os.path.join(out_dir, "accelerator.log"), "a", encoding="utf-8") as log:
     for name in sections:
       left = budget_s - (time.time() - began)

@@ -119,6 +119,10 @@ def caption(data: dict) -> str:
   m = p["machine"]
   versions = ", ".join(f"{k} {m[k]}" for k in ("python", "jax", "torch",
                                                "transformers") if k in m)
+  if "gpu" in m:
+    return (f"*Measured {p['date'][:10]} on one {m['gpu']} ({m['cpu']}, "
+            f"{m['cores']} cores; {versions}). {p.get('note', '')}*"
+            ).replace(" *", "*")
   changes = " with uncommitted changes" if p["uncommitted_changes"] else ""
   load = (f"load average {p['load_average_start'][0]:.1f} at the start, "
           f"{p['load_average_end'][0]:.1f} at the end")
@@ -351,6 +355,135 @@ def add_search_run(path: str, name: str, curves: dict, settings: dict,
         start)
 
 
+def _section(data: dict, name: str) -> dict:
+  return data["sections"].get(name, {}).get("results", {})
+
+
+def _sample_rows(data: dict) -> list:
+  """The sampler rows of the run and of a later `sample` call, by batch
+  (the run's first), each with its MBU over the probe's copy rate."""
+  copy = _section(data, "probe")["copy_gb_s"]
+  rows = {}
+  later = data.get("later_calls", {}).get("sample", {}).get("results", {})
+  for source in (later.get("rows", []), _section(data, "sample").get("rows",
+                                                                     [])):
+    for r in source:
+      rows[r["batch"]] = dict(r, mbu=r["achieved_gb_s"] / copy)
+  return [rows[b] for b in sorted(rows)]
+
+
+def accelerator_correctness_table(data: dict) -> str:
+  """The accelerator's forward and decoding against the CPU's float32."""
+  c = _section(data, "correctness")
+  lines = ["| check (Qwen2.5-0.5B shapes, random weights) | result | "
+           "tolerance |", "|---|---|---|"]
+  lines.append(f"| attention that ran (compiled HLO) | "
+               f"{c['attention_implementation']} "
+               f"(`{', '.join(c['attention_custom_calls'])}`) | – |")
+  for key, label, tol in (
+      ("logits_rel_err_f32", "logits ‖Δ‖/‖ref‖, float32 (`highest`)",
+       "tolerance_f32"),
+      ("logits_rel_err_bf16", "logits ‖Δ‖/‖ref‖, bfloat16 activations",
+       "tolerance_bf16"),
+      ("logits_rel_err_bf16_weights", "logits ‖Δ‖/‖ref‖, bfloat16 weights "
+       "too (the sampler's copy)", "tolerance_bf16")):
+    lines.append(f"| {label} | {c[key]:.1e} | {c[tol]:.0e} |")
+  lines.append(f"| argmax equal to the CPU's, bfloat16 | "
+               f"{c['argmax_agreement_bf16']:.1%} | – |")
+  greedy = ("not measured (the section's time cap)"
+            if "greedy_f32_identical" not in c else
+            "identical" if c["greedy_f32_identical"] else "DIFFERENT")
+  lines.append(f"| greedy decoding, float32, against the CPU's | {greedy} | "
+               f"identical |")
+  for row in _section(data, "train").get("rows", []):
+    lines.append(f"| {row['step']} step losses finite (8 steps) | "
+                 f"{'yes' if row['losses_finite'] else 'NO'} | – |")
+  return "\n".join(lines)
+
+
+def accelerator_train_table(data: dict) -> str:
+  """Training steps: tokens/s and MFU, ours and transformers/torch."""
+  t = _section(data, "train")
+  torch_rows = {r["step"]: r for r in _section(data, "train_torch").get(
+      "rows", [])}
+  lines = ["| step | B × T | remat | ours tokens/s | MFU causal | MFU "
+           "non-causal | MFU causal, datasheet peak | torch tokens/s | "
+           "ours ÷ torch |", "|---|---|---|---|---|---|---|---|---|"]
+  for r in t["rows"]:
+    theirs = torch_rows.get(r["step"], {})
+    ratio = theirs.get(f"ours_over_torch_remat_{r['remat']}")
+    lines.append(
+        f"| {r['step']} | {t['batch']} × {t['seq_len']} | {r['remat']} | "
+        f"{_num(r['tokens_per_s'])} | {r['mfu_causal']:.1%} | "
+        f"{r['mfu_noncausal']:.1%} | {r['mfu_causal_datasheet']:.1%} | "
+        f"{_num(theirs['tokens_per_s']) if theirs else '–'} | "
+        f"{_ratio(ratio, 2) if ratio else '–'} |")
+  return "\n".join(lines)
+
+
+def accelerator_sample_table(data: dict) -> str:
+  """Decoding: tokens/s and MBU, ours and transformers `generate`."""
+  hf = {r["batch"]: r for r in _section(data, "sample_hf").get("rows", [])}
+  lines = ["| batch | new tokens | ours tokens/s | bytes read (weights + "
+           "KV) | achieved GB/s | MBU | transformers tokens/s | ratio |",
+           "|---|---|---|---|---|---|---|---|"]
+  new_tokens = _section(data, "sample")["new_tokens"]
+  for r in _sample_rows(data):
+    theirs = hf.get(r["batch"])
+    lines.append(
+        f"| {r['batch']} | {new_tokens} | {_num(r['tokens_per_s'])} | "
+        f"{r['total_bytes'] / 1e12:.2f} TB | {_num(r['achieved_gb_s'])} | "
+        f"{r['mbu']:.1%} | "
+        f"{_num(theirs['tokens_per_s']) if theirs else 'not measured'} | "
+        f"{_ratio(r['tokens_per_s'] / theirs['tokens_per_s'], 0) if theirs else '–'} |")
+  return "\n".join(lines)
+
+
+def accelerator_profile_table(data: dict) -> str:
+  """Kernel time by kind of one profiled call of each program."""
+  kinds = ("matmul", "attention", "elementwise/fusion", "copy", "reduction")
+  lines = ["| program | wall ms | kernel ms | " + " | ".join(kinds) + " |",
+           "|---|---|---|" + "---|" * len(kinds)]
+  programs = [("SFT step 8 × 2048", _section(data, "train").get(
+      "profile_sft"))]
+  later = data.get("later_calls", {}).get("sample", {}).get("results", {})
+  for batch in (64, 256):
+    programs.append((f"sampler, batch {batch} × 512 new",
+                     _section(data, "sample").get(f"profile_batch_{batch}")
+                     or later.get(f"profile_batch_{batch}")))
+  for label, p in programs:
+    if p and "kinds_ms" in p:
+      lines.append(f"| {label} | {p['wall_ms']:,.0f} | {p['kernel_ms']:,.0f} "
+                   "| " + " | ".join(f"{p['kinds_ms'].get(k, 0):,.0f}"
+                                     for k in kinds) + " |")
+  return "\n".join(lines)
+
+
+def accelerator_rl_table(data: dict) -> str:
+  """One `configs/qwen_gsm8k.py` RL step at 1.5B, by phase."""
+  rl = _section(data, "rl_step")
+  phases = ("rollout", "reward", "reference", "advantages", "update")
+  lines = ["| phase | step 1 s (compiles) | step 2 s | GPU busy, step 2 |",
+           "|---|---|---|---|"]
+  one, two = rl["step_1"], rl["step_2"]
+  for name in phases:
+    busy = two.get(f"gpu_busy_{name}")
+    lines.append(f"| {name} | {one[name]:.2f} | {two[name]:.2f} | "
+                 f"{'–' if busy is None else f'{busy:.1%}'} |")
+  lines.append(f"| whole step | {one['step_s']:.2f} | {two['step_s']:.2f} | "
+               f"{two['gpu_busy']:.1%} |")
+  job = data.get("later_calls", {}).get("default_job", {})
+  cpu = _section(data, "default_job").get("cpu_wall_s")
+  lines += ["", "| default job (`python -m experiments.train`) | wall s |",
+            "|---|---|"]
+  if job:
+    lines.append(f"| {data['provenance']['machine'].get('gpu', 'GPU')} | "
+                 f"{job['wall_s']:.0f} |")
+  if cpu:
+    lines.append(f"| 2-core CPU (docs/performance.md) | {cpu:.0f} |")
+  return "\n".join(lines)
+
+
 # name -> renderers of its tables, in page order. Each block of the page is
 # a table; the last is followed by a blank line and the caption.
 TABLES = {
@@ -362,6 +495,9 @@ TABLES = {
     "hostile": (hostile_table,),
     "faults": (faults_table, faults_stage_table),
     "search": (search_table, best_of_n_table),
+    "accelerator": (accelerator_correctness_table, accelerator_train_table,
+                    accelerator_sample_table, accelerator_profile_table,
+                    accelerator_rl_table),
 }
 
 
@@ -375,6 +511,7 @@ TARGETS = {
     "hostile": "docs/reliability.md",
     "faults": "docs/reliability.md",
     "search": "docs/prm_evaluation.md",
+    "accelerator": "docs/accelerator.md",
 }
 
 

@@ -121,6 +121,13 @@ def test_dry_run_every_section(tmp_path):
     if name in ("train_torch", "sample_hf") and status == "skipped":
       continue  # No torch here.
     assert status == "ok", (name, sections[name])
+  if sections["train_torch"]["status"] == "ok":
+    # Each step kind starts from the checkpoint on both sides.
+    for row in sections["train_torch"]["results"]["rows"]:
+      for remat in ("none", "full"):
+        assert row[f"first_loss_rel_diff_remat_{remat}"] < 3e-2, row
+  assert sections["sample_cublas"]["results"]["xla_flags"].endswith(
+      "--xla_gpu_enable_triton_gemm=false")
   train = sections["train"]["results"]["rows"]
   assert {(r["step"], r["remat"]) for r in train} == {
       (k, r) for k in ("sft", "policy") for r in ("none", "full")}
