@@ -59,6 +59,7 @@ are reported as skipped.
 
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -855,7 +856,14 @@ def section_rl_step(s: Section):
     row = {"step": record.get("step"), "step_s": record["time/step_s"],
            **{name: record.get(key) for name, key in _RL_PHASES},
            "rollout_tokens": record.get("perf/tokens_per_sec", 0) *
-                             record["time/step_s"]}
+                             record["time/step_s"],
+           # The update's losses, and whether the non-finite guard skipped it.
+           **{key: value for key, value in record.items()
+              if key.startswith("train/") and ("loss" in key or "kl" in key
+                                              or "skipped" in key)}}
+    row["losses_finite"] = all(
+        math.isfinite(v) for k, v in row.items()
+        if k.startswith("train/") and "loss" in k and isinstance(v, float))
     position = records.index(record)
     if util.available and position in seen:
       end = seen[position] - record.get("time/eval_s", 0.0)

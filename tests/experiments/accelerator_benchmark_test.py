@@ -142,5 +142,7 @@ def test_dry_run_every_section(tmp_path):
   phases = sum(step[name] for name in ("rollout", "reward", "reference",
                                         "advantages", "update"))
   assert phases == pytest.approx(step["step_s"], rel=0.05, abs=0.02)
+  assert step["losses_finite"] is True and "train/loss" in step
+  assert step["train/skipped_updates"] == 0
   job = sections["default_job"]["results"]
   assert job["finished"] is True and job["wall_s"] > 0
