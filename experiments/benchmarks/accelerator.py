@@ -499,7 +499,6 @@ def section_train(s: Section):
         measured_peak_tflops=peak, **_device_info())
   path = ensure_checkpoint(s)
   rows = []
-  host = ts.make_batch(b, t, cfg.vocab_size, seed=t)
   flops = ts.flops_per_token(cfg, t)
   with mesh_lib.activate(mesh):
     for remat in z["remats"]:
@@ -507,13 +506,7 @@ def section_train(s: Section):
       _, params = models.load_hf(path, dtype="bfloat16", scan_layers=True,
                                  remat=remat)
       for kind in ("sft", "policy"):
-        batch_np = dict(host)
-        if kind == "policy":
-          logp = models.token_logprobs(cfg, params, host["tokens"],
-                                       host["attention_mask"])
-          batch_np = ts.add_old_and_ref_logprobs(host, np.asarray(logp),
-                                                 seed=t)
-        batch_np = {k: batch_np[k] for k in ts.batch_keys(kind)}
+        batch_np = ts.step_batch(kind, cfg, params, b, t)
         if remat == z["remats"][0]:
           np.savez(os.path.join(s.workdir, f"batch_{kind}.npz"), **batch_np)
         step, tx, _ = ts.jit_step(kind, cfg, params, mesh, kl_coef=0.05,

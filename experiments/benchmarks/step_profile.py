@@ -152,7 +152,6 @@ def _profile_torch(call) -> dict:
 def _training_sides(model, vocab, kind, batch, seq_len, workdir):
   """(our call, our HLO text, torch call) for an SFT or policy step."""
   import jax  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
   from rl_rewards import models  # pylint: disable=g-import-not-at-top
   from rl_rewards.runners import context  # pylint: disable=g-import-not-at-top
   from rl_rewards.sharding import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
@@ -164,13 +163,7 @@ def _training_sides(model, vocab, kind, batch, seq_len, workdir):
   cfg, params = models.load_hf(path, dtype="float32")
   mesh = mesh_lib.make_mesh({"data": -1, "fsdp": 1, "tensor": 1},
                             jax.devices()[:1])
-  host = train_step.make_batch(batch, seq_len, cfg.vocab_size, seed=seq_len)
-  if kind == "policy":
-    logp = models.token_logprobs(cfg, params, host["tokens"],
-                                 host["attention_mask"])
-    host = train_step.add_old_and_ref_logprobs(host, np.asarray(logp),
-                                               seed=seq_len)
-  host = {k: host[k] for k in train_step.batch_keys(kind)}
+  host = train_step.step_batch(kind, cfg, params, batch, seq_len)
   with mesh_lib.activate(mesh):
     step, tx, _ = train_step.jit_step(kind, cfg, params, mesh, kl_coef=0.05,
                                       seq_len=seq_len)

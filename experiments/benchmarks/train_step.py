@@ -249,6 +249,21 @@ def add_old_and_ref_logprobs(batch: dict, logprobs, seed: int) -> dict:
   return out
 
 
+def step_batch(kind: str, cfg, params, batch: int, seq_len: int) -> dict:
+  """The host batch a step kind reads: `make_batch(batch, seq_len, V,
+  seed=seq_len)`, with the policy's own log-probabilities made into
+  `old_logprobs` / `ref_logprobs` for the policy step
+  (`add_old_and_ref_logprobs`), keyed by `batch_keys(kind)`."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from rl_rewards import models  # pylint: disable=g-import-not-at-top
+  host = make_batch(batch, seq_len, cfg.vocab_size, seed=seq_len)
+  if kind == "policy":
+    logp = models.token_logprobs(cfg, params, host["tokens"],
+                                 host["attention_mask"])
+    host = add_old_and_ref_logprobs(host, np.asarray(logp), seed=seq_len)
+  return {k: host[k] for k in batch_keys(kind)}
+
+
 def optimizer_settings(kind: str) -> dict:
   """Keyword arguments of `optim.make_optimizer`: those the stage's runner
   passes from `base_config()`, and its defaults for the rest (b1, eps)."""
@@ -423,18 +438,12 @@ def _timed(fn):
 def _bench_shape(kind, loaded, mesh, batch_size, seq_len, options):
   """Times one step kind at one shape on both sides; returns a row dict."""
   import jax  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
   from rl_rewards import models  # pylint: disable=g-import-not-at-top
   from rl_rewards.runners import context  # pylint: disable=g-import-not-at-top
   from rl_rewards.sharding import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
   cfg, params, hf_path = loaded
-  host = make_batch(batch_size, seq_len, cfg.vocab_size, seed=seq_len)
-  if kind == "policy":
-    logp = models.token_logprobs(cfg, params, host["tokens"],
-                                 host["attention_mask"])
-    host = add_old_and_ref_logprobs(host, np.asarray(logp), seed=seq_len)
-  host = {k: host[k] for k in batch_keys(kind)}
+  host = step_batch(kind, cfg, params, batch_size, seq_len)
   step, tx, _ = jit_step(kind, cfg, params, mesh, kl_coef=options["kl_coef"],
                          seq_len=seq_len)
   state, _ = context.create_state(cfg, mesh, params, tx)

@@ -110,7 +110,10 @@ def test_main_runs_both_sides_and_their_losses_agree(tmp_path, kind):
   out = tmp_path / "train_step.json"
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()
+  # --batch is shared with advantages.py, whose default (1024) wins when
+  # that module is imported later in the same process: unset it here.
   with flagsaver.flagsaver(out=str(out), model="test", vocab_size=40,
+                           batch=None, seq_len=None,
                            shapes=["8x32"], steps=[kind], repeats=1,
                            torch_threads=1, num_devices=2):
     train_step.main([])
