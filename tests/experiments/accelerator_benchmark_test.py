@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from experiments.benchmarks import accelerator
+from experiments.benchmarks import accelerator_sections as accel_sections
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
@@ -19,22 +20,22 @@ def test_relative_error_counts_only_masked_positions():
   out = np.array([[[3.0, 4.5], [0.0, 0.0]]])
   mask = np.array([[1, 0]])
   # Only position 0: |(0, 0.5)| / |(3, 4)| = 0.5 / 5.
-  assert accelerator.relative_error(out, ref, mask) == pytest.approx(0.1)
-  assert accelerator.relative_error(ref, ref, np.ones((1, 2))) == 0.0
+  assert accel_sections.relative_error(out, ref, mask) == pytest.approx(0.1)
+  assert accel_sections.relative_error(ref, ref, np.ones((1, 2))) == 0.0
 
 
 def test_agreement_prefix_is_the_earliest_divergence():
   a = np.array([[1, 2, 3, 4], [5, 6, 7, 8]])
   b = np.array([[1, 2, 3, 9], [5, 0, 7, 8]])
-  assert accelerator.agreement_prefix(a, b) == 1
-  assert accelerator.agreement_prefix(a, a) == 4
+  assert accel_sections.agreement_prefix(a, b) == 1
+  assert accel_sections.agreement_prefix(a, a) == 4
 
 
 def test_decode_bytes_by_hand():
-  cfg = accelerator.hf_model_config(None)  # L=2, KVH=2, Dh=16.
+  cfg = accel_sections.hf_model_config(None)  # L=2, KVH=2, Dh=16.
   per_token = 2 * 2 * 2 * 16 * 2           # L · (k, v) · KVH · Dh · bf16
   mask = np.array([[0, 1, 1], [1, 1, 1]])  # 2 and 3 real prompt tokens.
-  moved = accelerator.decode_bytes(cfg, mask, new_tokens=2, weight_bytes=100)
+  moved = accel_sections.decode_bytes(cfg, mask, new_tokens=2, weight_bytes=100)
   # Steps 0 and 1 read (2 + 0) + (2 + 1) and (3 + 0) + (3 + 1) tokens.
   assert moved["kv_bytes"] == (2 + 3 + 3 + 4) * per_token
   assert moved["weight_bytes"] == 200
@@ -44,12 +45,12 @@ def test_decode_bytes_by_hand():
 def test_attention_targets_from_hlo_text():
   text = ('%a = custom-call(), custom_call_target="__cudnn$fmhaScaleBias'
           'Softmax"\n%b = custom-call(), custom_call_target="__cublas$gemm"')
-  assert accelerator._attention_targets(text) == [
+  assert accel_sections._attention_targets(text) == [
       "__cudnn$fmhaScaleBiasSoftmax"]
 
 
 def test_left_padded_prompts():
-  tokens, mask = accelerator.left_padded_prompts(16, 12, 50, seed=0)
+  tokens, mask = accel_sections.left_padded_prompts(16, 12, 50, seed=0)
   assert tokens.shape == mask.shape == (16, 12)
   assert (mask[:, -1] == 1).all()                     # Real tokens last,
   assert (np.diff(mask, axis=1) >= 0).all()           # padding first,
@@ -105,8 +106,8 @@ def test_dry_run_probe_and_correctness(tmp_path):
   assert check["status"] == "ok", check
   results = check["results"]
   # On CPU both sides run the same float32 program.
-  assert results["logits_rel_err_f32"] < accelerator.F32_TOLERANCE
-  assert 0 < results["logits_rel_err_bf16"] < accelerator.BF16_TOLERANCE
+  assert results["logits_rel_err_f32"] < accel_sections.F32_TOLERANCE
+  assert 0 < results["logits_rel_err_bf16"] < accel_sections.BF16_TOLERANCE
   assert results["greedy_f32_identical"] is True
   assert results["attention_implementation"] == "xla"
   assert "| correctness | ok |" in stdout
@@ -133,7 +134,7 @@ def test_dry_run_every_section(tmp_path):
       (k, r) for k in ("sft", "policy") for r in ("none", "full")}
   assert all(r["losses_finite"] and r["tokens_per_s"] > 0 for r in train)
   sample = sections["sample"]["results"]["rows"]
-  assert [r["batch"] for r in sample] == list(accelerator.DRY[
+  assert [r["batch"] for r in sample] == list(accel_sections.DRY[
       "sample_batches"])
   assert all(0 < r["mbu"] for r in sample)
   rl = sections["rl_step"]["results"]
