@@ -29,10 +29,9 @@ values in both layouts.
 
 import functools
 import zlib
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
 
 import flax.linen as nn
-import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -48,33 +47,27 @@ Params = Any
 _STACKED = "layers"
 
 
-@flax.struct.dataclass
-class KVCache:
+class KVCache(NamedTuple):
   """Keys and values of the tokens seen so far.
 
-  Values are stored head-major, [B, KVH, S, Dh] per layer: attention reads
-  `swapaxes(cache.v[i], 1, 2)`, the [B, S, KVH, Dh] layout of
+  Stored head-major, [B, KVH, S, Dh] per layer: attention reads
+  `swapaxes(cache.k[i], 1, 2)`, the [B, S, KVH, Dh] layout of
   `jax.nn.dot_product_attention`, and XLA folds the swap into the attention
   matmuls, so a decoding step reads the cache in place (see
-  `transformer.write_kv`). Keys are stored the same way, or with
-  `keys_dh_major` as [B, KVH, Dh, S] (slot axis last), the CPU default of
-  `init_cache`: a decoding step's scores are then a matmul whose output axis
-  is contiguous in the cache. With per-layer blocks (`cfg.scan_layers`
-  False) `k` and `v` are tuples of L arrays, each updated in place by its
-  block; with scanned blocks they are single arrays with a leading [L] axis
-  carried through the scan. Either way `cache.k[i]` is layer i's keys and
-  `len(cache.k)` is L.
+  `transformer.write_kv`). With per-layer blocks (`cfg.scan_layers` False)
+  `k` and `v` are tuples of L arrays [B, KVH, S, Dh], each updated in place
+  by its block; with scanned blocks they are single arrays
+  [L, B, KVH, S, Dh] carried through the scan. Either way `cache.k[i]` is
+  layer i's keys and `len(cache.k)` is L.
 
   Attributes:
     k: keys (activation dtype), per-layer tuple or stacked array.
-    v: values, [B, KVH, S, Dh] per layer, tuple or stacked like `k`.
+    v: values, the layout of `k`.
     key_mask: [B, S] bool, True on slots that hold a real (non-pad) token.
-    keys_dh_major: static; True when keys are [B, KVH, Dh, S] per layer.
   """
   k: Union[Tuple[Array, ...], Array]
   v: Union[Tuple[Array, ...], Array]
   key_mask: Array
-  keys_dh_major: bool = flax.struct.field(pytree_node=False, default=False)
 
   @property
   def max_len(self) -> int:
@@ -82,13 +75,8 @@ class KVCache:
 
   @property
   def stacked(self) -> bool:
-    """True for the [L, B, ...] layout of scanned blocks."""
+    """True for the [L, B, KVH, S, Dh] layout of scanned blocks."""
     return not isinstance(self.k, (tuple, list))
-
-  def keys_by_slot(self, layer: int) -> Array:
-    """Layer `layer`'s keys as [B, KVH, S, Dh], whatever the stored layout."""
-    keys = self.k[layer]
-    return jnp.swapaxes(keys, -1, -2) if self.keys_dh_major else keys
 
 
 def _check_heads(heads):
@@ -104,9 +92,8 @@ def _check_heads(heads):
   return heads
 
 
-def _module(cfg, heads=("lm",), keys_dh_major=False):
-  return transformer.Decoder(cfg, heads=tuple(heads),
-                             keys_dh_major=keys_dh_major)
+def _module(cfg, heads=("lm",)):
+  return transformer.Decoder(cfg, heads=tuple(heads))
 
 
 def attention_masks(cfg: config_lib.ModelConfig, query_slot: Array,
@@ -353,54 +340,35 @@ def init_from_backbone(cfg: config_lib.ModelConfig, params: Params,
   return jax.tree.map(jnp.asarray, out)
 
 
-def default_keys_dh_major() -> bool:
-  """The key-cache layout `init_cache` picks: Dh-major ([B, KVH, Dh, S]) on
-  a CPU, where a decoding step then reads the keys as a plain matmul
-  (docs/performance.md), slot-major ([B, KVH, S, Dh]) elsewhere, the layout
-  `jax.nn.dot_product_attention` and cuDNN read."""
-  return jax.default_backend() == "cpu"
-
-
 def init_cache(cfg: config_lib.ModelConfig, batch_size: int,
-               max_len: int, keys_dh_major: Optional[bool] = None) -> KVCache:
+               max_len: int) -> KVCache:
   """An empty KV cache with `max_len` slots (all slots invalid).
 
   Keys and values are zeros in the activation dtype: L arrays
-  [B, KVH, S, Dh] (keys [B, KVH, Dh, S] when `keys_dh_major`), or one array
-  with a leading [L] axis each when `cfg.scan_layers`. `keys_dh_major`
-  None means `default_keys_dh_major()`.
+  [B, KVH, S, Dh], or one [L, B, KVH, S, Dh] array when `cfg.scan_layers`.
   """
   if batch_size <= 0 or max_len <= 0:
     raise ValueError(f"init_cache needs batch_size > 0 and max_len > 0, got "
                      f"{batch_size} and {max_len}.")
-  if keys_dh_major is None:
-    keys_dh_major = default_keys_dh_major()
   dtype = jnp.dtype(cfg.dtype)
   shape = (batch_size, cfg.num_kv_heads, max_len, cfg.head_dim)
-  key_shape = ((batch_size, cfg.num_kv_heads, cfg.head_dim, max_len)
-               if keys_dh_major else shape)
 
   def zeros(shape):
     return transformer.constrain_kv(jnp.zeros(shape, dtype))
   if cfg.scan_layers:
-    k = zeros((cfg.num_layers, *key_shape))
+    k = zeros((cfg.num_layers, *shape))
     v = zeros((cfg.num_layers, *shape))
   else:
-    k = tuple(zeros(key_shape) for _ in range(cfg.num_layers))
+    k = tuple(zeros(shape) for _ in range(cfg.num_layers))
     v = tuple(zeros(shape) for _ in range(cfg.num_layers))
-  return KVCache(k=k, v=v, key_mask=jnp.zeros((batch_size, max_len), bool),
-                 keys_dh_major=bool(keys_dh_major))
+  return KVCache(k=k, v=v, key_mask=jnp.zeros((batch_size, max_len), bool))
 
 
 def _map_kv(fn, cache: KVCache):
-  """fn(x, batch_axis, slot_axis) on every key/value array of `cache`."""
-  batch_axis = 1 if cache.stacked else 0
-  key_slot_axis = batch_axis + (3 if cache.keys_dh_major else 2)
+  """fn(x, batch_axis) on every key/value array of `cache`."""
   if cache.stacked:
-    return (fn(cache.k, batch_axis, key_slot_axis),
-            fn(cache.v, batch_axis, batch_axis + 2))
-  return (tuple(fn(x, batch_axis, key_slot_axis) for x in cache.k),
-          tuple(fn(x, batch_axis, batch_axis + 2) for x in cache.v))
+    return fn(cache.k, 1), fn(cache.v, 1)
+  return (tuple(fn(x, 0) for x in cache.k), tuple(fn(x, 0) for x in cache.v))
 
 
 def grow_cache(cache: KVCache, max_len: int) -> KVCache:
@@ -417,10 +385,10 @@ def grow_cache(cache: KVCache, max_len: int) -> KVCache:
     widths = [(0, 0)] * x.ndim
     widths[axis] = (0, extra)
     return jnp.pad(x, widths)
+  # The slot axis is two after the batch axis ([B, KVH, S, Dh]).
   k, v = _map_kv(
-      lambda x, _, slot_axis: transformer.constrain_kv(pad(x, slot_axis)),
-      cache)
-  return cache.replace(k=k, v=v, key_mask=pad(cache.key_mask, 1))
+      lambda x, b: transformer.constrain_kv(pad(x, b + 2)), cache)
+  return KVCache(k=k, v=v, key_mask=pad(cache.key_mask, 1))
 
 
 def repeat_cache(cache: KVCache, repeats: int) -> KVCache:
@@ -430,10 +398,10 @@ def repeat_cache(cache: KVCache, repeats: int) -> KVCache:
   batch axis): B -> B * repeats rows, either layout.
   """
   k, v = _map_kv(
-      lambda x, b, _: transformer.constrain_kv(jnp.repeat(x, repeats, axis=b)),
+      lambda x, b: transformer.constrain_kv(jnp.repeat(x, repeats, axis=b)),
       cache)
-  return cache.replace(k=k, v=v,
-                       key_mask=jnp.repeat(cache.key_mask, repeats, axis=0))
+  return KVCache(k=k, v=v,
+                 key_mask=jnp.repeat(cache.key_mask, repeats, axis=0))
 
 
 def repack_cache(cache: KVCache, end, max_len: Optional[int] = None
@@ -485,15 +453,15 @@ def _jit_repack_cache(cache, end, max_len):
   source = jnp.take_along_axis(
       order, jnp.clip(rank, 0, cache.max_len - 1), axis=1)
 
-  def gather(x, batch_axis, slot_axis):
-    # source [B, S'] -> index of x's slot axis.
+  def gather(x, batch_axis):
+    # source [B, S'] -> index of x's slot axis (two after the batch axis).
     shape = [1] * x.ndim
-    shape[batch_axis], shape[slot_axis] = source.shape
+    shape[batch_axis], shape[batch_axis + 2] = source.shape
     index = source.reshape(shape)
     return transformer.constrain_kv(
-        jnp.take_along_axis(x, index, axis=slot_axis))
+        jnp.take_along_axis(x, index, axis=batch_axis + 2))
   k, v = _map_kv(gather, cache)
-  return cache.replace(k=k, v=v, key_mask=key_mask)
+  return KVCache(k=k, v=v, key_mask=key_mask)
 
 
 def default_positions(attention_mask: Array) -> Array:
@@ -650,10 +618,10 @@ def _jit_cached_forward(cfg, head, params, tokens, attention_mask, positions,
                               key_position)
   else:
     allowed = attention_masks(cfg, query_slot, slot, key_mask)
-  out, (new_k, new_v) = _module(cfg, (head,), cache.keys_dh_major).apply(
+  out, (new_k, new_v) = _module(cfg, (head,)).apply(
       {"params": params}, tokens, positions, allowed, (cache.k, cache.v),
       cache_index, head, last_only)
-  return out, cache.replace(k=new_k, v=new_v, key_mask=key_mask)
+  return out, KVCache(k=new_k, v=new_v, key_mask=key_mask)
 
 
 def hidden_states(cfg: config_lib.ModelConfig, params: Params,

@@ -32,16 +32,12 @@ and values [B, S, KVH, Dh] as attention reads them, where S is the number of
 key slots (T without a cache). Attention takes a boolean mask (causal by
 slot, padding, cache validity) and runs as batched matmuls over [B, KVH] on
 a CPU, through `jax.nn.dot_product_attention` elsewhere (`attention`). A KV
-cache stores values head-major, [B, KVH, S, Dh] (stacked to
+cache stores keys and values head-major, [B, KVH, S, Dh] (stacked to
 [L, B, KVH, S, Dh] for scanned layers), and hands attention the
 [B, S, KVH, Dh] view: XLA folds that axis swap into the
 attention matmuls, whose batch axes (B, KVH) are then leading in memory, so a
 decoding step reads the cache in place. (Stored [B, S, KVH, Dh], XLA's CPU
 backend copies the whole cache into that order twice per layer and step.)
-Keys are stored the same way, or with `keys_dh_major` (the CPU default, see
-`model.init_cache`) as [B, KVH, Dh, S], which attention reads as is: a
-decoding step's scores are then a matmul over Dh whose output axis, the
-slots, is contiguous in the cache.
 
 With `cfg.scan_layers` the L blocks are one `nn.scan` over a `ScanBlock`
 whose parameters are stacked on a leading axis (logical name `layers`); the
@@ -315,8 +311,7 @@ _STREAMED_MIN_SLOTS = 64
 
 
 def attention(q: Array, k: Array, v: Array, allowed: Array,
-              scale: Optional[float] = None,
-              keys_dh_major: bool = False) -> Array:
+              scale: Optional[float] = None) -> Array:
   """Masked grouped-query attention.
 
   out[b, t, n] = sum_s w[b, n, t, s] v[b, s, n // G],
@@ -343,21 +338,17 @@ def attention(q: Array, k: Array, v: Array, allowed: Array,
 
   Args:
     q: [B, T, H, Dh] queries.
-    k: [B, S, KVH, Dh] keys, the dtype of q; with `keys_dh_major`
-      [B, KVH, Dh, S] (a Dh-major key cache, read in place on a CPU).
+    k: [B, S, KVH, Dh] keys, the dtype of q.
     v: [B, S, KVH, Dh] values, the dtype of q.
     allowed: [B, T, S] bool, True where query t may attend to key slot s.
     scale: c; None means 1 / sqrt(Dh).
-    keys_dh_major: the layout of `k`.
 
   Returns:
     [B, T, H, Dh], the dtype of q.
   """
   backend = jax.default_backend()
   if backend == "cpu":
-    return head_major_attention(q, k, v, allowed, scale, keys_dh_major)
-  if keys_dh_major:
-    k = k.transpose(0, 3, 1, 2)
+    return head_major_attention(q, k, v, allowed, scale)
   mask = allowed[:, None]
   if backend == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16):
     try:
@@ -370,14 +361,12 @@ def attention(q: Array, k: Array, v: Array, allowed: Array,
 
 
 def head_major_attention(q: Array, k: Array, v: Array, allowed: Array,
-                         scale: Optional[float] = None,
-                         keys_dh_major: bool = False) -> Array:
+                         scale: Optional[float] = None) -> Array:
   """`attention` as two batched matmuls with the batch axes leading.
 
   With q[b, t, (j, g)] the g-th query head of key head j, the queries are
   laid out [B, KVH, G·T, Dh] and the keys and values [B, KVH, S, Dh] (a
-  view of the head-major KV cache, so no copy when decoding; with
-  `keys_dh_major` the keys are [B, KVH, Dh, S] as the cache stores them):
+  view of the head-major KV cache, so no copy when decoding):
 
     scores[b, j, (g, t), s] = c · q[b, t, (j, g)] . k[b, s, j]    [B, KVH, G·T, S]
     out[b, j, (g, t)] = Σ_s softmax_s(masked scores) v[b, s, j]  [B, KVH, G·T, Dh]
@@ -387,28 +376,21 @@ def head_major_attention(q: Array, k: Array, v: Array, allowed: Array,
   uses, so both treat a query with no allowed key alike.
   """
   batch, length, heads, head_dim = q.shape
-  slots = k.shape[3] if keys_dh_major else k.shape[1]
-  kv_heads = v.shape[2]
+  slots, kv_heads = k.shape[1], k.shape[2]
   groups = heads // kv_heads
   scale = head_dim ** -0.5 if scale is None else scale
   queries = q.reshape(batch, length, kv_heads, groups, head_dim)
   queries = queries.transpose(0, 2, 3, 1, 4).reshape(
       batch, kv_heads, groups * length, head_dim)
-  values = v.transpose(0, 2, 1, 3)
+  keys, values = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
   # A decoding step (G·T query rows per key head, a long cache): the products
   # as broadcast multiply-and-sum, which streams the cache once; XLA's CPU
   # matmul with so few rows reads it at a fraction of the memory bandwidth.
   stream = groups * length <= _STREAMED_QUERY_ROWS and slots >= _STREAMED_MIN_SLOTS
-  if keys_dh_major:
-    # [B, KVH, Dh, S]: a plain matmul whose output axis is contiguous.
-    scores = jnp.einsum("bjqd,bjds->bjqs", queries, k,
-                        preferred_element_type=jnp.float32) * scale
-  elif stream:
-    keys = k.transpose(0, 2, 1, 3)
+  if stream:
     scores = jnp.sum(queries[:, :, :, None, :] * keys[:, :, None, :, :],
                      axis=-1, dtype=jnp.float32) * scale
   else:
-    keys = k.transpose(0, 2, 1, 3)
     scores = jnp.einsum("bjqd,bjsd->bjqs", queries, keys,
                         preferred_element_type=jnp.float32) * scale
   mask = jnp.broadcast_to(allowed[:, None, None],
@@ -437,62 +419,48 @@ def constrain_kv(x: Array) -> Array:
   return _constrain(x, *names)
 
 
-def write_kv(kv_cache, k, v, cache_index, layer, keys_dh_major=False):
+def write_kv(kv_cache, k, v, cache_index, layer):
   """Writes new keys/values into a cache and returns what attention reads.
 
   cache[b, n, s] = k[b, s - cache_index, n] for s in
   [cache_index, cache_index + T), the other slots unchanged; then
   keys[b, s, n] = cache[b, n, s] for all S slots (likewise for values).
-  With `keys_dh_major` the key cache is [B, KVH, Dh, S] (slot last) and the
-  keys are returned in that layout, as `attention` reads them.
 
   Args:
     kv_cache: (cache_k, cache_v), each [B, KVH, S, Dh] for one layer
       (`layer` None) or [L, B, KVH, S, Dh] for all layers (`layer` the int32
-      index of this block; the write is in place in the stacked buffer);
-      cache_k [B, KVH, Dh, S] or [L, B, KVH, Dh, S] with `keys_dh_major`.
+      index of this block; the write is in place in the stacked buffer).
     k: [B, T, KVH, Dh] new keys.
     v: [B, T, KVH, Dh] new values.
     cache_index: int or int32 scalar, first slot of the new tokens.
     layer: None or int32 scalar.
-    keys_dh_major: the key cache's layout.
 
   Returns:
-    (keys [B, S, KVH, Dh] or, with `keys_dh_major`, [B, KVH, Dh, S];
-     values [B, S, KVH, Dh]; the updated kv_cache).
+    (keys [B, S, KVH, Dh], values [B, S, KVH, Dh], updated kv_cache).
   """
   cache_k, cache_v = kv_cache
-  # [B, KVH, T, Dh], or [B, KVH, Dh, T] for a Dh-major key cache.
-  k = k.transpose(0, 2, 3, 1) if keys_dh_major else jnp.swapaxes(k, 1, 2)
-  k = k.astype(cache_k.dtype)
+  k = jnp.swapaxes(k, 1, 2).astype(cache_k.dtype)  # [B, KVH, T, Dh]
   v = jnp.swapaxes(v, 1, 2).astype(cache_v.dtype)
-  key_start = (0, 0, 0, cache_index) if keys_dh_major else (0, 0, cache_index, 0)
   if layer is None:
-    cache_k = constrain_kv(jax.lax.dynamic_update_slice(cache_k, k, key_start))
-    cache_v = constrain_kv(
-        jax.lax.dynamic_update_slice(cache_v, v, (0, 0, cache_index, 0)))
+    start = (0, 0, cache_index, 0)
+    cache_k = constrain_kv(jax.lax.dynamic_update_slice(cache_k, k, start))
+    cache_v = constrain_kv(jax.lax.dynamic_update_slice(cache_v, v, start))
     keys, values = cache_k, cache_v
   else:
+    start = (layer, 0, 0, cache_index, 0)
     cache_k = constrain_kv(
-        jax.lax.dynamic_update_slice(cache_k, k[None], (layer,) + key_start))
-    cache_v = constrain_kv(jax.lax.dynamic_update_slice(
-        cache_v, v[None], (layer, 0, 0, cache_index, 0)))
+        jax.lax.dynamic_update_slice(cache_k, k[None], start))
+    cache_v = constrain_kv(
+        jax.lax.dynamic_update_slice(cache_v, v[None], start))
     keys = jax.lax.dynamic_index_in_dim(cache_k, layer, 0, keepdims=False)
     values = jax.lax.dynamic_index_in_dim(cache_v, layer, 0, keepdims=False)
-  if not keys_dh_major:
-    keys = jnp.swapaxes(keys, 1, 2)
-  return keys, jnp.swapaxes(values, 1, 2), (cache_k, cache_v)
+  return (jnp.swapaxes(keys, 1, 2), jnp.swapaxes(values, 1, 2),
+          (cache_k, cache_v))
 
 
 class Attention(nn.Module):
-  """Grouped-query self-attention with RoPE and an optional KV cache.
-
-  Attributes:
-    cfg: the model configuration.
-    keys_dh_major: the layout of the key cache (`write_kv`).
-  """
+  """Grouped-query self-attention with RoPE and an optional KV cache."""
   cfg: config_lib.ModelConfig
-  keys_dh_major: bool = False
 
   @nn.compact
   def __call__(self, x, context: LayerContext, kv_cache, cache_index,
@@ -542,14 +510,12 @@ class Attention(nn.Module):
     k = _constrain(apply_rope(k, context.rope),
                    axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_KV_HEADS, None)
     v = _constrain(v, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_KV_HEADS, None)
-    keys_dh_major = kv_cache is not None and self.keys_dh_major
     if kv_cache is not None:
-      k, v, kv_cache = write_kv(kv_cache, k, v, cache_index, layer,
-                                keys_dh_major)
+      k, v, kv_cache = write_kv(kv_cache, k, v, cache_index, layer)
     scale = (None if cfg.query_pre_attn_scalar is None
              else cfg.query_pre_attn_scalar ** -0.5)
     out = attention(q, k.astype(dtype), v.astype(dtype), context.allowed,
-                    scale, keys_dh_major)
+                    scale)
     out = _constrain(out, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_HEADS,
                      None)
 
@@ -598,18 +564,13 @@ class Block(nn.Module):
   "pre" placement (Hugging Face's `post_attention_layernorm`) and
   `pre_feedforward_norm` in the sandwich, where `post_attention_norm` and
   `post_feedforward_norm` normalise the attention and MLP outputs.
-
-  Attributes:
-    cfg: the model configuration.
-    keys_dh_major: the layout of the key cache (`write_kv`).
   """
   cfg: config_lib.ModelConfig
-  keys_dh_major: bool = False
 
   def setup(self):
     cfg = self.cfg
     self.input_norm = _norm(cfg)
-    self.attention = Attention(cfg, self.keys_dh_major)
+    self.attention = Attention(cfg)
     self.post_attention_norm = _norm(cfg)
     if cfg.norm_placement == "sandwich":
       self.pre_feedforward_norm = _norm(cfg)
@@ -686,12 +647,9 @@ class Decoder(nn.Module):
     cfg: the model configuration.
     heads: heads whose parameters `init` creates; `__call__` evaluates only
       the requested ones.
-    keys_dh_major: the layout of the key cache (`write_kv`); parameters do
-      not depend on it.
   """
   cfg: config_lib.ModelConfig
   heads: Tuple[str, ...] = ("lm",)
-  keys_dh_major: bool = False
 
   def setup(self):
     cfg = self.cfg
@@ -706,10 +664,10 @@ class Decoder(nn.Module):
           in_axes=(0, nn.broadcast, nn.broadcast),
           length=cfg.num_layers,
           metadata_params={nn.PARTITION_NAME: axes.LAYERS})
-      self.layers = scanned(cfg, self.keys_dh_major)
+      self.layers = scanned(cfg)
     else:
       block_cls = remat_block(Block, cfg, prevent_cse=True)
-      self.blocks = [block_cls(cfg, self.keys_dh_major, name=f"layers_{i}")
+      self.blocks = [block_cls(cfg, name=f"layers_{i}")
                      for i in range(cfg.num_layers)]
     self.final_norm = _norm(cfg, name="final_norm")
     if "lm" in self.heads and not cfg.tie_word_embeddings:
@@ -733,8 +691,7 @@ class Decoder(nn.Module):
     every type in `cfg.attention_kinds` (`model.attention_masks`).
     `positions` [B, T] are the RoPE position ids. `cache` is None or (k, v):
     per-layer tuples of [B, KVH, S, Dh] arrays, or with `cfg.scan_layers`
-    stacked [L, B, KVH, S, Dh] arrays (keys [.., Dh, S] with
-    `keys_dh_major`).
+    stacked [L, B, KVH, S, Dh] arrays.
     """
     cfg = self.cfg
     dtype = jnp.dtype(cfg.dtype)

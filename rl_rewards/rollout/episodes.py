@@ -158,7 +158,7 @@ def _check_int(name, value, minimum):
 @functools.partial(jax.jit, static_argnames=("max_len",))
 def _repack(cache, keep, end, *, max_len):
   """The rows in `keep`, repacked to end at `end`; other rows emptied."""
-  cache = cache.replace(key_mask=cache.key_mask & keep[:, None])
+  cache = cache._replace(key_mask=cache.key_mask & keep[:, None])
   return model_lib.repack_cache(cache, end, max_len)
 
 

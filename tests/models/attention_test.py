@@ -108,13 +108,10 @@ def _xla_attention(q, k, v, allowed):
   return jax.nn.dot_product_attention(q, k, v, mask=allowed[:, None])
 
 
-@pytest.mark.parametrize("keys_dh_major", [False, True])
 @pytest.mark.parametrize("length,slots", [(5, 7), (1, 80), (2, 96)])
-def test_head_major_equals_dot_product_attention(length, slots,
-                                                 keys_dh_major):
+def test_head_major_equals_dot_product_attention(length, slots):
   """Both of `attention`'s paths, on training shapes and on decoding steps
-  over a long cache (the streamed products), padding queries included; with
-  the keys as a Dh-major cache stores them ([B, KVH, Dh, S]) too."""
+  over a long cache (the streamed products), padding queries included."""
   rs = np.random.RandomState(slots)
   q = rs.randn(2, length, 4, DH).astype(np.float32)
   k = rs.randn(2, slots, 2, DH).astype(np.float32)
@@ -124,12 +121,7 @@ def test_head_major_equals_dot_product_attention(length, slots,
   streamed = length * 2 <= transformer._STREAMED_QUERY_ROWS and (
       slots >= transformer._STREAMED_MIN_SLOTS)
   assert streamed == (slots >= 80)
-  def head_major(q, k, v, allowed):
-    if keys_dh_major:  # As stored: [B, KVH, Dh, S].
-      k = k.transpose(0, 2, 3, 1)
-    return transformer.head_major_attention(q, k, v, allowed,
-                                            keys_dh_major=keys_dh_major)
-  ours = jax.jit(head_major)(q, k, v, allowed)
+  ours = jax.jit(transformer.head_major_attention)(q, k, v, allowed)
   theirs = _xla_attention(q, k, v, allowed)
   np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
   has_key = allowed.any(-1)
@@ -145,5 +137,5 @@ def test_head_major_equals_dot_product_attention(length, slots,
   grad = lambda fn: jax.grad(lambda q, k, v: jnp.sum(
       fn(q, k, v, allowed) * has_key[..., None, None]), argnums=(0, 1, 2))(
           q, k, v)
-  for a, b in zip(grad(head_major), grad(_xla_attention)):
+  for a, b in zip(grad(transformer.head_major_attention), grad(_xla_attention)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

@@ -175,16 +175,12 @@ class TestSameModel:
     for leaf in jax.tree.leaves(grads):
       assert np.abs(np.asarray(leaf)).max() > 0
 
-  @pytest.mark.parametrize("keys_dh_major", [False, True])
-  def test_scanned_cache_prefill_and_decode_match_full(self, params,
-                                                       keys_dh_major):
+  def test_scanned_cache_prefill_and_decode_match_full(self, params):
     stacked = models.stack_layers(CFG, params)
     full, _ = models.apply(CFG, params, TOKENS, attention_mask=MASK)
-    cache = models.init_cache(SCAN_CFG, 2, 10, keys_dh_major=keys_dh_major)
+    cache = models.init_cache(SCAN_CFG, 2, 10)
     assert cache.stacked and len(cache.k) == CFG.num_layers
-    key_shape = ((CFG.head_dim, 10) if keys_dh_major else (10, CFG.head_dim))
-    assert cache.k.shape == (CFG.num_layers, 2, CFG.num_kv_heads, *key_shape)
-    assert cache.v.shape == (CFG.num_layers, 2, CFG.num_kv_heads, 10,
+    assert cache.k.shape == (CFG.num_layers, 2, CFG.num_kv_heads, 10,
                              CFG.head_dim)
     first, cache = models.apply(SCAN_CFG, stacked, TOKENS[:, :4],
                                 attention_mask=MASK[:, :4], cache=cache,
@@ -202,29 +198,26 @@ class TestSameModel:
     np.testing.assert_array_equal(cache.key_mask[:, :7], VALID)
     # The per-layer cache holds the same keys and values in the real slots
     # (padding slots hold whatever the padding queries computed).
-    flat_cache = models.init_cache(CFG, 2, 10, keys_dh_major=False)
+    flat_cache = models.init_cache(CFG, 2, 10)
     _, flat_cache = models.apply(CFG, params, TOKENS, attention_mask=MASK,
                                  cache=flat_cache, cache_index=0)
     for i in range(CFG.num_layers):
-      for a, b in ((cache.keys_by_slot(i), flat_cache.k[i]),
+      for a, b in ((cache.k[i], flat_cache.k[i]),
                    (cache.v[i], flat_cache.v[i])):
         a, b = np.swapaxes(a, 1, 2), np.swapaxes(b, 1, 2)  # [B, S, ...]
         np.testing.assert_allclose(a[:, :7][VALID], b[:, :7][VALID],
                                    atol=1e-5)
-      assert not np.any(cache.keys_by_slot(i)[:, :, 7:])
+    assert not np.any(cache.k[:, :, :, 7:])
 
-  @pytest.mark.parametrize("keys_dh_major", [False, True])
   @pytest.mark.parametrize("scan_layers", [False, True])
-  def test_decode_step_reads_the_cache_in_place(self, scan_layers,
-                                                keys_dh_major):
+  def test_decode_step_reads_the_cache_in_place(self, scan_layers):
     # Stored [B, KVH, S, Dh] and read through a [B, S, KVH, Dh] view, the
     # cache is neither transposed nor copied by a decoding step (stored
     # [B, S, KVH, Dh], XLA copies every layer's keys and values into the
-    # [B, KVH, ...] order of the attention matmuls at every step); nor are
-    # Dh-major keys ([B, KVH, Dh, S]).
+    # [B, KVH, ...] order of the attention matmuls at every step).
     cfg = CFG.replace(scan_layers=scan_layers)
     p = models.init_params(cfg, jax.random.key(0))
-    cache = models.init_cache(cfg, 2, 37, keys_dh_major=keys_dh_major)
+    cache = models.init_cache(cfg, 2, 37)
     step = jax.jit(lambda c, tok, i: models.apply(
         cfg, p, tok, cache=c, cache_index=i), donate_argnums=0)
     text = step.lower(cache, jnp.zeros((2, 1), jnp.int32),

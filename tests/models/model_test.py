@@ -301,14 +301,12 @@ class TestForward:
 
 class TestCache:
 
-  @pytest.mark.parametrize("keys_dh_major", [False, True])
-  def test_incremental_matches_full(self, params, keys_dh_major):
+  def test_incremental_matches_full(self, params):
     full, _ = models.apply(CFG, params, TOKENS, attention_mask=MASK)
-    cache = models.init_cache(CFG, 2, 10, keys_dh_major=keys_dh_major)
+    cache = models.init_cache(CFG, 2, 10)
     assert not cache.stacked and len(cache.k) == CFG.num_layers
-    # Head-major: [B, KVH, S, Dh]; Dh-major keys [B, KVH, Dh, S].
-    key_shape = ((CFG.head_dim, 10) if keys_dh_major else (10, CFG.head_dim))
-    assert cache.k[0].shape == (2, CFG.num_kv_heads, *key_shape)
+    # Head-major: [B, KVH, S, Dh].
+    assert cache.k[0].shape == (2, CFG.num_kv_heads, 10, CFG.head_dim)
     assert cache.v[0].shape == (2, CFG.num_kv_heads, 10, CFG.head_dim)
     # Prefill 4 tokens at a static index, then one token at a time with a
     # traced index (the sampler's pattern).

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from rl_rewards import models
-from rl_rewards.models import model as model_lib
 from rl_rewards.rollout import sampler
 from rl_rewards.tasks import segmentation
 from rl_rewards.sharding import axes
@@ -527,43 +526,6 @@ class TestScanLayers:
     assert np.asarray(reference.response_mask).sum() > 2 * len(PROMPTS)
 
 
-class TestKeyLayout:
-  """A Dh-major key cache (the CPU default) and a slot-major one sample the
-  same tokens, through prefill, repeated rows and grown segments."""
-
-  @pytest.mark.usefixtures("segmented_from_8")
-  @pytest.mark.parametrize("scan_layers", [False, True])
-  @pytest.mark.parametrize("temperature,num_samples", [(0.0, 1), (1.0, 3)])
-  def test_same_tokens_in_both_layouts(self, params, eos_id, monkeypatch,
-                                       scan_layers, temperature, num_samples):
-    cfg = CFG.replace(scan_layers=scan_layers)
-    if scan_layers:
-      params = models.stack_layers(CFG, params)
-    kwargs = dict(max_new_tokens=16, temperature=temperature, eos_id=eos_id,
-                  pad_id=PAD, num_samples=num_samples)
-    layouts = []
-    init_cache = model_lib.init_cache
-
-    def recording_init_cache(*args, **kw):
-      cache = init_cache(*args, **kw)
-      layouts.append(cache.keys_dh_major)
-      return cache
-    monkeypatch.setattr(model_lib, "init_cache", recording_init_cache)
-    outs = {}
-    for dh_major in (False, True):
-      monkeypatch.setattr(model_lib, "default_keys_dh_major",
-                          lambda dh_major=dh_major: dh_major)
-      jax.clear_caches()  # Trace again with the other layout.
-      outs[dh_major] = sampler.sample(cfg, params, PROMPTS, PROMPT_MASK,
-                                      jax.random.key(3), **kwargs)
-    assert layouts == [False, True]
-    np.testing.assert_array_equal(outs[True].tokens, outs[False].tokens)
-    np.testing.assert_array_equal(outs[True].lengths, outs[False].lengths)
-    np.testing.assert_allclose(outs[True].logprobs, outs[False].logprobs,
-                               atol=1e-5)
-    assert np.asarray(outs[False].response_mask).sum() > 2 * len(PROMPTS)
-
-
 @pytest.fixture
 def segmented_from_8(monkeypatch):
   """Decoding in segments (a growing cache) from G = 8 on."""
@@ -659,43 +621,35 @@ class TestSegmentedDecoding:
     assert sampler.decode_segment_ends(256) == (32, 64, 128, 256)
     assert sampler.decode_segment_ends(130) == (16, 32, 65, 130)
 
-  @pytest.mark.parametrize("keys_dh_major", [False, True])
   @pytest.mark.parametrize("scan_layers", [False, True])
   def test_grow_cache_keeps_slots_and_adds_empty_ones(self, params,
-                                                      scan_layers,
-                                                      keys_dh_major):
+                                                      scan_layers):
     cfg = CFG.replace(scan_layers=scan_layers)
     if scan_layers:
       params = models.stack_layers(CFG, params)
-    cache = models.init_cache(cfg, 2, 5, keys_dh_major=keys_dh_major)
+    cache = models.init_cache(cfg, 2, 5)
     _, cache = models.apply(cfg, params, PROMPTS, attention_mask=PROMPT_MASK,
                             cache=cache, cache_index=0)
     grown = models.grow_cache(cache, 9)
     assert grown.max_len == 9 and grown.stacked == scan_layers
     np.testing.assert_array_equal(grown.key_mask[:, :5], cache.key_mask)
     assert not np.any(grown.key_mask[:, 5:])
-    # Layer i's keys/values are [B, KVH, S, Dh] in both layouts (keys by
-    # slot whatever their stored order).
-    assert grown.keys_dh_major == keys_dh_major
+    # Layer i's keys/values are [B, KVH, S, Dh] in both layouts.
     for i in range(cfg.num_layers):
-      for old, new in ((cache.keys_by_slot(i), grown.keys_by_slot(i)),
-                       (cache.v[i], grown.v[i])):
+      for old, new in ((cache.k[i], grown.k[i]), (cache.v[i], grown.v[i])):
         assert new.shape == (2, cfg.num_kv_heads, 9, cfg.head_dim)
         np.testing.assert_array_equal(new[:, :, :5], old)
         assert np.any(old) and not np.any(new[:, :, 5:])
     with pytest.raises(ValueError, match="cannot shrink"):
       models.grow_cache(cache, 4)
 
-  @pytest.mark.parametrize("keys_dh_major", [False, True])
   @pytest.mark.parametrize("scan_layers", [False, True])
-  def test_repeat_cache(self, params, scan_layers, keys_dh_major):
+  def test_repeat_cache(self, params, scan_layers):
     cfg = CFG.replace(scan_layers=scan_layers)
     if scan_layers:
       params = models.stack_layers(CFG, params)
-    _, cache = models.apply(
-        cfg, params, PROMPTS, attention_mask=PROMPT_MASK,
-        cache=models.init_cache(cfg, 2, 5, keys_dh_major=keys_dh_major),
-        cache_index=0)
+    _, cache = models.apply(cfg, params, PROMPTS, attention_mask=PROMPT_MASK,
+                            cache=models.init_cache(cfg, 2, 5), cache_index=0)
     tiled = models.repeat_cache(cache, 3)
     assert tiled.stacked == scan_layers and tiled.key_mask.shape == (6, 5)
     for row in range(6):
