@@ -85,6 +85,9 @@ _SECTIONS = flags.DEFINE_list("sections", None,
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Toy sizes, any backend.")
 _BUDGET_S = flags.DEFINE_float("budget_s", 560.0,
                                "Total seconds for all sections.")
+_SAMPLE_BATCHES = flags.DEFINE_list(
+    "sample_batches", None,
+    "Batch sizes of the sampling sections (default: 64,256; toy: 2,4).")
 _SECTION = flags.DEFINE_string("section", None,
                                "Internal: run this one section here.")
 _WORKDIR = flags.DEFINE_string("section_workdir", None,
@@ -140,7 +143,7 @@ def _missing_library(name: str):
   return None
 
 
-def _run_section(name, workdir, dry_run, timeout, log):
+def _run_section(name, workdir, dry_run, timeout, log, sample_batches=None):
   """Runs one section in its own process; returns its record."""
   missing = _missing_library(name)
   if missing:
@@ -150,6 +153,8 @@ def _run_section(name, workdir, dry_run, timeout, log):
              f"--section_timeout_s={timeout}"]
   if dry_run:
     command.append("--dry_run")
+  if sample_batches:
+    command.append(f"--sample_batches={','.join(map(str, sample_batches))}")
   env = dict(os.environ, PYTHONUNBUFFERED="1")
   for key, value in SECTION_ENV.get(name, {}).items():
     env[key] = f"{env.get(key, '')} {value}".strip()
@@ -201,9 +206,11 @@ def scratch_root(min_free_gib: float = 24.0):
   return None
 
 
-def run(out_dir: str, sections, dry_run: bool, budget_s: float) -> dict:
+def run(out_dir: str, sections, dry_run: bool, budget_s: float,
+        sample_batches=None) -> dict:
   """Runs `sections` in order within `budget_s`; writes and returns the
-  results ({"sections": {name: record}, ...})."""
+  results ({"sections": {name: record}, ...}). `sample_batches` replaces
+  the sampling sections' batch sizes."""
   for name in sections:
     if name not in SECTION_FNS:
       raise SystemExit(f"--sections: unknown section {name!r}; expected some "
@@ -213,7 +220,7 @@ def run(out_dir: str, sections, dry_run: bool, budget_s: float) -> dict:
   began = time.time()
   out = {"dry_run": dry_run, "budget_s": budget_s, "sections": {},
          "sizes": {k: list(v) if isinstance(v, tuple) else v
-                   for k, v in sizes(dry_run).items()}}
+                   for k, v in sizes(dry_run, sample_batches).items()}}
   json_path = os.path.join(out_dir, "accelerator.json")
   with tempfile.TemporaryDirectory(prefix="accelerator_",
                                    dir=scratch_root()) as workdir, open(
@@ -228,7 +235,7 @@ def run(out_dir: str, sections, dry_run: bool, budget_s: float) -> dict:
       print(f"== {name} (up to {timeout:.0f} s)", flush=True)
       log.write(f"\n== {name}\n")
       out["sections"][name] = _run_section(name, workdir, dry_run, timeout,
-                                           log)
+                                           log, sample_batches)
       print(f"== {name}: {out['sections'][name]['status']} in "
             f"{out['sections'][name].get('wall_s', 0):.0f} s", flush=True)
       out["total_s"] = time.time() - began
@@ -272,17 +279,32 @@ def print_summary(out: dict):
     print(f"generate B={row['batch']}: {row['tokens_per_s']:,.0f} tok/s")
 
 
+def _sample_batches():
+  """--sample_batches as positive ints, or None."""
+  if not _SAMPLE_BATCHES.value:
+    return None
+  try:
+    batches = tuple(int(b) for b in _SAMPLE_BATCHES.value)
+  except ValueError:
+    batches = ()
+  if not batches or min(batches) < 1:
+    raise SystemExit(f"--sample_batches: expected positive integers, got "
+                     f"{','.join(_SAMPLE_BATCHES.value)!r}.")
+  return batches
+
+
 def main(argv):
   del argv
   if _SECTION.value:
     section = sections_lib.Section(_SECTION.value, _WORKDIR.value,
-                                   _DRY_RUN.value, _SECTION_TIMEOUT_S.value)
+                                   _DRY_RUN.value, _SECTION_TIMEOUT_S.value,
+                                   _sample_batches())
     SECTION_FNS[_SECTION.value](section)
     return
   if not _OUT_DIR.value:
     raise SystemExit("--out_dir is required.")
   run(_OUT_DIR.value, _SECTIONS.value or list(SECTIONS), _DRY_RUN.value,
-      _BUDGET_S.value)
+      _BUDGET_S.value, _sample_batches())
 
 
 if __name__ == "__main__":

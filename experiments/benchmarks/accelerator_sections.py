@@ -20,8 +20,8 @@ SECTIONS = ("probe", "correctness", "train", "train_torch", "sample",
 # the unrolled 0.5B sampler three times), train 109 (70 of them writing the
 # checkpoint to disk), train_torch 28, sample 55 a batch size, sample_hf 38
 # a batch size, rl_step 97, default_job 90.
-SECTION_CAPS_S = {"probe": 40, "correctness": 100, "train": 140,
-                  "train_torch": 75, "sample": 120, "sample_cublas": 60,
+SECTION_CAPS_S = {"probe": 40, "correctness": 150, "train": 140,
+                  "train_torch": 75, "sample": 120, "sample_cublas": 100,
                   "rl_step": 170, "default_job": 150, "sample_hf": 110}
 # Extra environment of a section's process.
 SECTION_ENV = {"sample_cublas": {"XLA_FLAGS": "--xla_gpu_enable_triton_gemm="
@@ -65,8 +65,13 @@ DRY = {
 }
 
 
-def sizes(dry_run: bool) -> dict:
-  return DRY if dry_run else REAL
+def sizes(dry_run: bool, sample_batches=None) -> dict:
+  """The sizes of a real or dry run; `sample_batches` replaces the
+  sampling sections' batch sizes."""
+  chosen = dict(DRY if dry_run else REAL)
+  if sample_batches:
+    chosen["sample_batches"] = tuple(sample_batches)
+  return chosen
 
 
 # ----------------------------------------------------------- arithmetic --
@@ -150,10 +155,11 @@ class Section:
   """What a section process writes: `<workdir>/<name>.json`, rewritten
   after every result so a timeout keeps what was measured."""
 
-  def __init__(self, name, workdir, dry_run, timeout_s=None):
+  def __init__(self, name, workdir, dry_run, timeout_s=None,
+               sample_batches=None):
     self.name, self.workdir, self.dry_run = name, workdir, dry_run
     self.deadline = time.time() + (timeout_s or SECTION_CAPS_S[name])
-    self.sizes = sizes(dry_run)
+    self.sizes = sizes(dry_run, sample_batches)
     self.data = {}
 
   def put(self, **values):

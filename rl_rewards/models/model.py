@@ -27,7 +27,9 @@ axis, `params["layers"]` (the blocks then run under one `nn.scan`).
 values in both layouts.
 """
 
+import concurrent.futures
 import functools
+import os
 import zlib
 from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -213,19 +215,27 @@ def init_params(cfg: config_lib.ModelConfig, rng: Array, *,
     generator = np.random.default_rng([*seed.tolist(), path_hash])
     return transformer.initial_value(names[-1], shape, generator)
 
-  values = []
-  for (path, leaf), sharding in zip(paths_and_leaves, sharding_leaves):
+  def draw_leaf(path, leaf):
     names = [entry.key for entry in path]
     if names[0] == _STACKED:
       # Drawn per block under the per-layer names, so that both layouts
       # hold the same values.
-      value = np.stack([draw([f"layers_{i}", *names[1:]], leaf.shape[1:])
-                        for i in range(cfg.num_layers)])
-    else:
-      value = draw(names, leaf.shape)
-    values.append(jnp.asarray(value) if sharding is None
-                  else jax.device_put(value, sharding))
+      return np.stack([draw([f"layers_{i}", *names[1:]], leaf.shape[1:])
+                       for i in range(cfg.num_layers)])
+    return draw(names, leaf.shape)
+
+  # Each leaf has its own generator, so drawing them on threads (numpy
+  # releases the GIL while filling an array) gives the same values.
+  with concurrent.futures.ThreadPoolExecutor(_init_threads()) as pool:
+    drawn = pool.map(lambda item: draw_leaf(*item), paths_and_leaves)
+    values = [jnp.asarray(value) if sharding is None
+              else jax.device_put(value, sharding)
+              for value, sharding in zip(drawn, sharding_leaves)]
   return jax.tree.unflatten(treedef, values)
+
+
+def _init_threads() -> int:
+  return max(1, min(16, os.cpu_count() or 1))
 
 
 def _layer_names(cfg):

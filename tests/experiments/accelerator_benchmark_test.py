@@ -49,6 +49,14 @@ def test_attention_targets_from_hlo_text():
       "__cudnn$fmhaScaleBiasSoftmax"]
 
 
+def test_sample_batches_replace_the_sampling_sizes_only():
+  chosen = accel_sections.sizes(False, (32,))
+  assert chosen["sample_batches"] == (32,)
+  assert accel_sections.sizes(False)["sample_batches"] == (64, 256)
+  assert {k: v for k, v in chosen.items() if k != "sample_batches"} == {
+      k: v for k, v in accel_sections.REAL.items() if k != "sample_batches"}
+
+
 def test_left_padded_prompts():
   tokens, mask = accel_sections.left_padded_prompts(16, 12, 50, seed=0)
   assert tokens.shape == mask.shape == (16, 12)
@@ -81,12 +89,12 @@ import rl_rewards.runners.context, rl_rewards.runners.programs
   assert result.returncode == 0, result.stderr[-2000:]
 
 
-def _dry_run(tmp_path, sections):
+def _dry_run(tmp_path, sections, flags=()):
   out = tmp_path / "out"
   result = subprocess.run(
       [sys.executable, "-m", "experiments.benchmarks.accelerator",
        "--dry_run", f"--out_dir={out}", f"--sections={','.join(sections)}",
-       "--budget_s=600"],
+       "--budget_s=600", *flags],
       cwd=_ROOT, capture_output=True, text=True, timeout=900,
       env=dict(os.environ, JAX_PLATFORMS="cpu"))
   assert result.returncode == 0, result.stderr[-3000:]
@@ -111,6 +119,15 @@ def test_dry_run_probe_and_correctness(tmp_path):
   assert results["greedy_f32_identical"] is True
   assert results["attention_implementation"] == "xla"
   assert "| correctness | ok |" in stdout
+
+
+def test_dry_run_sample_batches_reach_the_section(tmp_path):
+  data, _ = _dry_run(tmp_path, ["probe", "sample_cublas"],
+                     ["--sample_batches=3"])
+  assert data["sizes"]["sample_batches"] == [3]
+  section = data["sections"]["sample_cublas"]
+  assert section["status"] == "ok", section
+  assert [r["batch"] for r in section["results"]["rows"]] == [3]
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from rl_rewards import models
+from rl_rewards.models import model as model_lib
 from rl_rewards.models import transformer
 from rl_rewards.sharding import axes
 
@@ -163,6 +164,19 @@ class TestInit:
     c = models.init_params(CFG, jax.random.key(4))
     jax.tree.map(np.testing.assert_array_equal, a, {k: b[k] for k in a})
     assert not np.allclose(a["lm_head"], c["lm_head"])
+
+  def test_threaded_draw_equals_one_thread(self, monkeypatch):
+    # Leaves are drawn on a thread pool; each has its own generator, so the
+    # values cannot depend on the number of threads or their order.
+    many = models.init_params(CFG, jax.random.key(3), heads=("lm", "score"))
+    monkeypatch.setattr(model_lib, "_init_threads", lambda: 1)
+    one = models.init_params(CFG, jax.random.key(3), heads=("lm", "score"))
+    jax.tree.map(np.testing.assert_array_equal, many, one)
+    scanned = CFG.replace(scan_layers=True)
+    jax.tree.map(np.testing.assert_array_equal,
+                 models.init_params(scanned, jax.random.key(3)),
+                 models.stack_layers(scanned, models.init_params(
+                     CFG, jax.random.key(3))))
 
   @pytest.mark.parametrize("name,shape,fan_in", [
       ("o_kernel", (8, 16, 64), 128), ("q_kernel", (64, 8, 16), 64),
