@@ -484,6 +484,45 @@ def accelerator_rl_table(data: dict) -> str:
   return "\n".join(lines)
 
 
+def _top_kernels(profile: dict, count: int = 3) -> str:
+  return ", ".join(f"`{k['name'][:28]}` {k['ms']:,.0f}"
+                   for k in profile["top_kernels"][:count])
+
+
+def accelerator_second_run_table(data: dict) -> str:
+  """The second run: greedy decoding against the CPU, and the sampler with
+  XLA's Triton GEMM fusions on and off, beside `generate`, in one run."""
+  run = data["second_run"]
+  c = _section(run, "correctness")
+  lines = ["| second run | result |", "|---|---|",
+           f"| greedy decoding, float32, {c['greedy_new_tokens']} new tokens "
+           f"× 2 rows, against the CPU's | "
+           f"{'identical' if c['greedy_f32_identical'] else 'DIFFERENT'} |",
+           f"| greedy decoding, bfloat16, tokens equal to the CPU's float32 "
+           f"| {c['greedy_bf16_agreement']:.1%} (first divergence at token "
+           f"{c['greedy_bf16_first_divergence']}) |",
+           f"| logits ‖Δ‖/‖ref‖, bfloat16 activations | "
+           f"{c['logits_rel_err_bf16']:.1e} |"]
+  copy = _section(run, "probe")["copy_gb_s"]
+  lines += ["", "| sampler, batch 64 × 512 new (second run) | tokens/s | MBU "
+            "| kernel ms | kernels | largest kernels, ms |",
+            "|---|---|---|---|---|---|"]
+  for name, label in (("sample", "Triton GEMM fusions on (XLA's default)"),
+                      ("sample_cublas", "Triton GEMM fusions off (cuBLAS)")):
+    section = _section(run, name)
+    row, profile = section["rows"][0], section["profile_batch_64"]
+    lines.append(f"| {label} | {_num(row['tokens_per_s'])} | "
+                 f"{row['achieved_gb_s'] / copy:.1%} | "
+                 f"{profile['kernel_ms']:,.0f} | {profile['kernels']:,} | "
+                 f"{_top_kernels(profile)} |")
+  hf = _section(run, "sample_hf")["rows"][0]
+  ours = _section(run, "sample")["rows"][0]["tokens_per_s"]
+  lines.append(f"| transformers `generate` | {_num(hf['tokens_per_s'])} "
+               f"(ours {_ratio(ours / hf['tokens_per_s'], 0)}) | – | – | – "
+               f"| – |")
+  return "\n".join(lines)
+
+
 # name -> renderers of its tables, in page order. Each block of the page is
 # a table; the last is followed by a blank line and the caption.
 TABLES = {
@@ -497,7 +536,7 @@ TABLES = {
     "search": (search_table, best_of_n_table),
     "accelerator": (accelerator_correctness_table, accelerator_train_table,
                     accelerator_sample_table, accelerator_profile_table,
-                    accelerator_rl_table),
+                    accelerator_rl_table, accelerator_second_run_table),
 }
 
 
