@@ -477,7 +477,8 @@ def _check_micro_batch(value, batch, key, batch_name):
   _require(value >= 0, key, f"must be >= 0 (0: no micro-batches), got "
            f"{value}.")
   _require(value == 0 or batch % value == 0, key,
-           f"must divide {batch_name} ({batch}), got {value}.")
+           f"must divide {batch_name} ({batch}), got {value}; 0 runs the "
+           "whole batch at once.")
 
 
 def pass_micro_batch_size(section) -> int:

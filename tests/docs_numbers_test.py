@@ -23,6 +23,7 @@ SECTIONS = (
     ("docs/reliability.md", "## Verifiers against hostile model output"),
     ("docs/performance.md", "## Training step against PyTorch/transformers"),
     ("docs/performance.md", "## Where the milliseconds go"),
+    ("docs/performance.md", "## Micro-batches on a CPU"),
     ("docs/performance.md", "## Credit-assignment estimators against verl"),
     ("docs/performance.md", "## Sampler against transformers `generate`"),
     ("docs/performance.md",

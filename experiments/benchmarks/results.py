@@ -523,11 +523,25 @@ def accelerator_second_run_table(data: dict) -> str:
   return "\n".join(lines)
 
 
+def micro_batches_table(data: dict) -> str:
+  """The default job's programs by micro-batch size (0: the whole batch)."""
+  lines = ["| program | B × T | micro-batch rows | ms | speed-up | loss or "
+           "log-prob rel. difference |", "|---|---|---|---|---|---|"]
+  for r in data["rows"]:
+    rows, slots = data["shapes"][r["program"]]
+    size = r["micro_batch_size"] or "whole batch"
+    lines.append(f"| {r['program']} | {rows} × {slots} | {size} | "
+                 f"{r['median_ms']:,.1f} | {_ratio(r['speedup'], 2)} | "
+                 f"{r['relative_difference']:.1e} |")
+  return "\n".join(lines)
+
+
 # name -> renderers of its tables, in page order. Each block of the page is
 # a table; the last is followed by a blank line and the caption.
 TABLES = {
     "train_step": (train_step_table,),
     "step_profile": (step_profile_table,),
+    "micro_batches": (micro_batches_table,),
     "advantages": (advantages_table,),
     "sampler": (sampler_table,),
     "episodes": (episodes_table,),
@@ -544,6 +558,7 @@ TABLES = {
 TARGETS = {
     "train_step": "docs/performance.md",
     "step_profile": "docs/performance.md",
+    "micro_batches": "docs/performance.md",
     "advantages": "docs/performance.md",
     "sampler": "docs/performance.md",
     "episodes": "docs/performance.md",
