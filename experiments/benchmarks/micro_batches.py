@@ -34,15 +34,13 @@ PROGRAMS = ("sft step", "policy update", "log-prob pass")
 
 
 def _programs(cfg, params, sizes, sft_batch, rl_batch, seq_len):
-  """{(program, size): (call, first output)}: each call runs the program
-  once (the steps keep their own state) and returns what it compared."""
+  """{(program, size): call}: each call runs the program once (a step keeps
+  its own state) and returns what is compared (the loss, or log-probs)."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from experiments.benchmarks import train_step as ts  # pylint: disable=g-import-not-at-top
   from rl_rewards.runners import context  # pylint: disable=g-import-not-at-top
-  from rl_rewards.runners import programs  # pylint: disable=g-import-not-at-top
   from rl_rewards.sharding import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from rl_rewards.train import optim  # pylint: disable=g-import-not-at-top
   from rl_rewards.train import steps  # pylint: disable=g-import-not-at-top
 
   mesh = mesh_lib.make_mesh({"data": -1, "fsdp": 1, "tensor": 1},
@@ -52,16 +50,9 @@ def _programs(cfg, params, sizes, sft_batch, rl_batch, seq_len):
                               ("policy update", "policy", rl_batch)):
     host = ts.step_batch(kind, cfg, params, rows, seq_len)
     for size in sizes:
-      tx = optim.make_optimizer(**ts.optimizer_settings(kind))
-      if kind == "sft":
-        fn = steps.make_sft_step(cfg, tx, micro_batch_size=size)
-      else:
-        fn = steps.make_policy_step(cfg, tx, loss_scale=float(seq_len),
-                                    micro_batch_size=size,
-                                    **ts.policy_settings(0.001))
       with mesh_lib.activate(mesh):
-        step = programs.jit_update(
-            fn, context.state_shardings(params, cfg, mesh, tx), mesh)
+        step, tx, _ = ts.jit_step(kind, cfg, params, mesh, kl_coef=0.001,
+                                  seq_len=seq_len, micro_batch_size=size)
         state, _ = context.create_state(cfg, mesh, params, tx)
         batch = mesh_lib.put_batch(host, mesh)
       holder = {"state": state}

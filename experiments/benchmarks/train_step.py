@@ -294,7 +294,8 @@ def batch_keys(kind: str) -> tuple:
           "advantages", "ref_logprobs")
 
 
-def jit_step(kind: str, cfg, params, mesh, *, kl_coef: float, seq_len: int):
+def jit_step(kind: str, cfg, params, mesh, *, kl_coef: float, seq_len: int,
+             micro_batch_size: int = 0):
   """Our step, jitted as the runners jit it.
 
   Args:
@@ -304,6 +305,7 @@ def jit_step(kind: str, cfg, params, mesh, *, kl_coef: float, seq_len: int):
     mesh: the device mesh.
     kl_coef: β of the policy step.
     seq_len: T (the policy step's `loss_scale`, unused by token-mean).
+    micro_batch_size: rows per micro-batch (0: the whole batch).
 
   Returns:
     (jitted `(state, batch) -> (state, metrics)`, optax transformation,
@@ -316,9 +318,10 @@ def jit_step(kind: str, cfg, params, mesh, *, kl_coef: float, seq_len: int):
 
   tx = optim.make_optimizer(**optimizer_settings(kind))
   if kind == "sft":
-    fn = steps.make_sft_step(cfg, tx)
+    fn = steps.make_sft_step(cfg, tx, micro_batch_size=micro_batch_size)
   elif kind == "policy":
     fn = steps.make_policy_step(cfg, tx, loss_scale=float(seq_len),
+                                micro_batch_size=micro_batch_size,
                                 **policy_settings(kl_coef))
   else:
     raise ValueError(f"Unknown step {kind!r}; expected sft or policy.")
