@@ -1,6 +1,7 @@
 """Dense products of activations and weights, shaped for every backend."""
 
 import jax
+import jax.numpy as jnp
 
 Array = jax.Array
 
@@ -20,3 +21,27 @@ def dense(x: Array, kernel: Array) -> Array:
   lead, out = x.shape[:-1], kernel.shape[1:]
   y = x.reshape(-1, x.shape[-1]) @ kernel.reshape(kernel.shape[0], -1)
   return y.reshape(*lead, *out)
+
+
+def computed_once(x: Array) -> Array:
+  """x itself, as a value XLA computes once instead of in every consumer.
+
+  XLA's CPU fusion copies a cheap-looking elementwise producer into each
+  fusion that reads it, so `jnp.cos(angles)` feeding the RoPE of queries and
+  keys in every layer, forward and backward, was evaluated once per consumer
+  and per broadcast head (8 times at the `tiny` model, 6-10 % of its SFT
+  step, policy update and log-prob pass; docs/performance.md). A product
+  with the identity matrix is a fusion boundary and exact for finite x
+  (x_e · 1 + Σ_{d≠e} x_d · 0); `jax.lax.optimization_barrier` is not a
+  boundary there, the CPU pipeline removes it before fusing.
+
+  Args:
+    x: [..., N] finite values (no inf or NaN: 0 · inf is NaN), normal or
+      zero: the CPU matmul flushes subnormals to zero (cos and sin of
+      float32 angles are never subnormal).
+
+  Returns:
+    An array equal to x, element for element.
+  """
+  eye = jnp.eye(x.shape[-1], dtype=x.dtype)
+  return dense(x, eye)

@@ -411,3 +411,28 @@ class TestSharding:
       out = models.token_logprobs(CFG, sharded, tokens, mask)
     np.testing.assert_allclose(
         out, models.token_logprobs(CFG, params, tokens, mask), atol=1e-5)
+
+
+def test_rope_table_is_computed_once_per_pass():
+  """The RoPE cos/sin table is evaluated once in a forward and backward pass
+  on a CPU, not in every query and key fusion of every layer
+  (`matmul.computed_once`), and it is still cos and sin of the angles."""
+  if jax.default_backend() != "cpu":
+    pytest.skip("the fusion boundary is a CPU-backend measure")
+  cfg = models.preset("tiny", 18)
+  p = models.init_params(cfg, jax.random.key(0))
+  tokens = jnp.asarray(np.random.RandomState(0).randint(1, 18, (2, 16)),
+                       jnp.int32)
+  grad = jax.jit(jax.grad(
+      lambda q: models.token_logprobs(cfg, q, tokens).sum()))
+  text = grad.lower(p).compile().as_text()
+  assert text.count("cosine(") == 1 and text.count(" sine(") == 1
+  positions = jnp.arange(16)[None] * jnp.ones((2, 1), jnp.int32)
+  table = jax.jit(lambda pos: transformer.rope_table(
+      pos, cfg.head_dim, cfg.rope_theta, None, jnp.float32))(positions)
+  inv_freq, _ = transformer.rope_frequencies(cfg.head_dim, cfg.rope_theta,
+                                             None)
+  angles = np.asarray(positions, np.float32)[..., None] * inv_freq
+  angles = np.concatenate([angles, angles], -1)[:, :, None]
+  np.testing.assert_allclose(table.cos, np.cos(angles), rtol=0, atol=1e-6)
+  np.testing.assert_allclose(table.sin, np.sin(angles), rtol=0, atol=1e-6)
