@@ -14,7 +14,8 @@ def apply_size(config, size: str, regime: str = "standard"):
   """Shrinks a config for tests (`size="test"`), then applies a regime.
 
   `tiny` keeps the defaults, except that updates and forward passes run in
-  micro-batches of `CPU_MICRO_BATCH` rows (so does `small`). The `test` size
+  micro-batches of `CPU_MICRO_BATCH` rows and greedy evaluations in batches
+  of `CPU_EVAL_BATCH` prompts (so does `small`). The `test` size
   is for the test suite and smoke runs: a ~20 k-parameter model, 2-3 operation problems, a few steps of each
   stage. `regime` names an entry of `REGIMES` (the arithmetic task's
   difficulty presets), applied last.
@@ -25,7 +26,7 @@ def apply_size(config, size: str, regime: str = "standard"):
   if size == "test":
     _shrink_for_tests(config)
   else:
-    _cpu_micro_batches(config)
+    _cpu_batches(config)
   return apply_regime(config, regime)
 
 
@@ -35,13 +36,21 @@ def apply_size(config, size: str, regime: str = "standard"):
 # the whole batch, the same update up to rounding
 # (`experiments/benchmarks/micro_batches.py`, docs/performance.md).
 CPU_MICRO_BATCH = 8
+# Prompts per greedy-evaluation batch at the CPU sizes. The SFT gate's 200
+# problems fit one batch of 256 rows instead of being padded to 512 (a
+# decoding step costs about the same per row at either size on a CPU), and
+# the held-out set's 1,000 problems are four batches of 256 instead of two
+# of 512: the same rows, one compiled shape.
+CPU_EVAL_BATCH = 256
 
 
-def _cpu_micro_batches(config):
-  """The `tiny` and `small` sizes' micro-batches (see `CPU_MICRO_BATCH`)."""
+def _cpu_batches(config):
+  """The `tiny` and `small` sizes' micro-batches (`CPU_MICRO_BATCH`) and
+  greedy-evaluation batches (`CPU_EVAL_BATCH`)."""
   config.sft.micro_batch_size = CPU_MICRO_BATCH
   config.rl.micro_batch_size = CPU_MICRO_BATCH
   config.prm.micro_batch_size = CPU_MICRO_BATCH
+  config.eval.batch_size = CPU_EVAL_BATCH
 
 
 def _shrink_for_tests(config):

@@ -174,6 +174,20 @@ def test_regimes_set_the_task_and_keep_samples_per_step():
   assert test.sft.max_steps == 4 and test.task.max_ops == 9
 
 
+def test_cpu_sizes_batch_their_programs_for_a_cpu():
+  """tiny and small: 8-row micro-batches, and the SFT gate's 200 problems
+  in one 256-row greedy batch (not padded to 512); test keeps its own."""
+  for size in ("tiny", "small"):
+    config = config_presets.apply_size(config_lib.base_config(), size)
+    assert (config.sft.micro_batch_size, config.rl.micro_batch_size,
+            config.prm.micro_batch_size) == (8, 8, 8)
+    assert config.eval.batch_size == 256
+    assert config.eval.batch_size >= config.sft.gate_eval_size
+    config_lib.validate(config)
+  test = config_presets.apply_size(config_lib.base_config(), "test")
+  assert test.eval.batch_size == 32 and test.sft.micro_batch_size == 0
+
+
 def test_unknown_regime_names_the_choices():
   with pytest.raises(config_lib.ConfigError, match="long_sparse_n4"):
     config_presets.apply_size(config_lib.base_config(), "tiny", regime="hard")
