@@ -28,27 +28,30 @@ def create(params, tx: optax.GradientTransformation) -> TrainState:
       opt_state=tx.init(params), skipped=jnp.zeros((), jnp.int32))
 
 
-def all_finite(tree) -> jax.Array:
-  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
-  return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
-
-
 def apply_gradients(state: TrainState, grads, loss,
                     tx: optax.GradientTransformation):
-  """Applies `grads` unless the loss or any gradient is non-finite.
+  """Applies `grads` unless the loss or the gradient norm is non-finite.
 
   A non-finite update never reaches the parameters or the optimizer moments:
-  the old values are kept, `skipped` is incremented, and the step still
-  advances (so the data position moves past the bad batch).
+  the old values are kept (a select between the old and the new values; the
+  discarded new ones may hold NaN), `skipped` is incremented, and the step
+  still advances (so the data position moves past the bad batch).
+
+  The test is on the global norm ‖g‖ = sqrt(Σ g²), which is NaN or inf
+  exactly when some gradient is, or when Σ g² overflows (|g| ≳ 1e19 in
+  float32, an update clipping would have zeroed). It is the norm the
+  clipping and the metric need anyway, so the guard costs no pass of its
+  own over the gradients: on a CPU the update of the 42 M model's 42 M
+  parameters took 120 ms against 158 ms with a separate finiteness pass and
+  zeroed gradients (docs/performance.md).
 
   Returns:
-    The new state and a dict with `grad_norm` and `skipped` (0/1 this step).
+    The new state and a dict with `grad_norm` (0 on a skipped update) and
+    `skipped` (0/1 this step).
   """
-  finite = jnp.logical_and(all_finite(grads), jnp.isfinite(loss))
-  # Zero the gradients before the optimizer sees them, so NaNs cannot leak
-  # into its state through arithmetic even on the branch that is discarded.
-  safe_grads = jax.tree.map(lambda g: jnp.where(finite, g, 0.0), grads)
-  updates, new_opt_state = tx.update(safe_grads, state.opt_state, state.params)
+  norm = optax.tree.norm(grads)
+  finite = jnp.logical_and(jnp.isfinite(norm), jnp.isfinite(loss))
+  updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
   new_params = optax.apply_updates(state.params, updates)
   keep = lambda new, old: jnp.where(finite, new, old)
   new_state = state.replace(
@@ -57,6 +60,6 @@ def apply_gradients(state: TrainState, grads, loss,
       opt_state=jax.tree.map(keep, new_opt_state, state.opt_state),
       skipped=state.skipped + jnp.where(finite, 0, 1).astype(jnp.int32))
   return new_state, {
-      "grad_norm": optax.tree.norm(safe_grads),
+      "grad_norm": jnp.where(finite, norm, 0.0),
       "skipped": 1.0 - finite.astype(jnp.float32),
   }

@@ -45,6 +45,41 @@ def test_nan_gradient_is_skipped_and_counted():
   assert np.all(np.isfinite(newer.params["b"]))
 
 
+def test_finite_update_is_the_optimizers_own():
+  """On finite gradients the guarded update is optax's (to float rounding:
+  ours is jitted, the reference eager)."""
+  state, tx = _state()
+  grads = {"w": jnp.full((2, 3), 0.3), "b": jnp.array([0.5, -2.0, 1.0])}
+  new, metrics = jax.jit(
+      lambda s, g: state_lib.apply_gradients(s, g, jnp.float32(1.0), tx))(
+          state, grads)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  expected = optax.apply_updates(state.params, updates)
+  for a, b in zip(jax.tree.leaves(new.params), jax.tree.leaves(expected)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=0)
+  for a, b in zip(jax.tree.leaves(new.opt_state), jax.tree.leaves(opt_state)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=0)
+  norm = np.sqrt(6 * 0.3 ** 2 + 0.25 + 4.0 + 1.0)
+  np.testing.assert_allclose(metrics["grad_norm"], norm, rtol=1e-6)
+
+
+def test_infinite_or_overflowing_gradients_are_skipped():
+  """+inf, -inf, and a finite gradient whose squared norm overflows
+  float32 (|g| = 1e20) are skipped like NaN, with grad_norm 0."""
+  for bad in (jnp.inf, -jnp.inf, 1e20):
+    state, tx = _state()
+    grads = jax.tree.map(jnp.ones_like, state.params)
+    grads["w"] = grads["w"].at[0, 2].set(bad)
+    new, metrics = jax.jit(
+        lambda s, g: state_lib.apply_gradients(s, g, jnp.float32(1.0), tx))(
+            state, grads)
+    assert int(new.skipped) == 1 and float(metrics["skipped"]) == 1.0, bad
+    assert float(metrics["grad_norm"]) == 0.0
+    for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(state)):
+      if a.shape:  # Every parameter and moment, untouched.
+        np.testing.assert_array_equal(a, b)
+
+
 def test_infinite_loss_is_skipped():
   state, tx = _state()
   grads = jax.tree.map(jnp.ones_like, state.params)
