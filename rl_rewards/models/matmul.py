@@ -28,9 +28,9 @@ def computed_once(x: Array) -> Array:
 
   XLA's CPU fusion copies a cheap-looking elementwise producer into each
   fusion that reads it, so `jnp.cos(angles)` feeding the RoPE of queries and
-  keys in every layer, forward and backward, was evaluated once per consumer
-  and per broadcast head (8 times at the `tiny` model, 6-10 % of its SFT
-  step, policy update and log-prob pass; docs/performance.md). A product
+  keys in every layer, forward and backward, was evaluated in each consumer
+  (10 cosines in one gradient of the `tiny` model; 3-7 % of its SFT step,
+  policy update and log-prob pass; docs/performance.md). A product
   with the identity matrix is a fusion boundary and exact for finite x
   (x_e · 1 + Σ_{d≠e} x_d · 0); `jax.lax.optimization_barrier` is not a
   boundary there, the CPU pipeline removes it before fusing.

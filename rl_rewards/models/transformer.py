@@ -237,8 +237,8 @@ def rope_table(positions: Array, head_dim: int, theta: float,
   if attention_factor != 1.0:
     cos, sin = cos * attention_factor, sin * attention_factor
   if jax.default_backend() == "cpu":
-    # Evaluated once, not in each of the 4·L RoPE fusions (forward and
-    # backward) that read it (`matmul.computed_once`).
+    # Evaluated once, not in each query and key RoPE fusion of every layer,
+    # forward and backward, that reads it (`matmul.computed_once`).
     cos, sin = matmul.computed_once(cos), matmul.computed_once(sin)
   return RopeTable(cos=cos.astype(dtype), sin=sin.astype(dtype))
 
